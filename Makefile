@@ -1,0 +1,51 @@
+# kvnet: the two commands that matter are `make demo` (the main job) and
+# `make test` (everything CI runs). See README.md.
+SHELL := /usr/bin/env bash
+K8S_VERSION ?= v1.37.2
+ASSETS := $(CURDIR)/bin/k8s/$(K8S_VERSION)
+export KUBEBUILDER_ASSETS ?= $(ASSETS)
+GO ?= go
+
+.PHONY: all build demo test unit integration lint control-plane bench fuzz
+
+all: build
+
+build:
+	$(GO) build -o bin/kvnet ./cmd/kvnet
+
+# The main job without a cluster: every example VM through kvnet's webhook code.
+demo-offline: build
+	./bin/kvnet mutate -f examples/vms.yaml --nads examples/nads.yaml --nads examples/namespaces.yaml \
+		--config examples/config.yaml --kubevirt examples/kubevirt.yaml
+
+demo: demo-offline
+
+# Builds kube-apiserver and etcd from Go modules once; skipped when present.
+control-plane:
+	K8S_VERSION=$(K8S_VERSION) hack/control-plane.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test)
+
+integration: control-plane
+	$(GO) test -count=1 -timeout 20m ./test/...
+
+# Every test: lint, unit, integration on a real API server, fuzz seeds, a
+# benchmark smoke run.
+test: lint control-plane
+	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -run '^$$' -bench . -benchtime 200x -benchmem ./webhook/
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./webhook/ ./mutators/
+
+FUZZTIME ?= 30s
+fuzz:
+	for t in $$($(GO) test -list '^Fuzz' ./config/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./config/ || exit 1; done
+	for t in $$($(GO) test -list '^Fuzz' ./multus/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./multus/ || exit 1; done
+	for t in $$($(GO) test -list '^Fuzz' ./mutators/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./mutators/ || exit 1; done
+	for t in $$($(GO) test -list '^Fuzz' ./webhook/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./webhook/ || exit 1; done

@@ -1,0 +1,150 @@
+package app
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/offline"
+	"github.com/kvnet/kvnet/webhook"
+)
+
+type offlineFlags struct {
+	files     []string
+	nads      []string
+	cfgPath   string
+	kubevirt  []string
+	namespace string
+}
+
+func (f *offlineFlags) register(c *cobra.Command) {
+	c.Flags().StringArrayVarP(&f.files, "filename", "f", nil, "VMs and VMIs to admit: YAML/JSON files, directories, or - for stdin (repeatable)")
+	c.Flags().StringArrayVar(&f.nads, "nads", nil, "NetworkAttachmentDefinitions (and Namespaces) the cluster would have (repeatable)")
+	c.Flags().StringVar(&f.cfgPath, "config", "", "kvnet policy file (default: an empty policy)")
+	c.Flags().StringArrayVar(&f.kubevirt, "kubevirt", nil, "the KubeVirt CR, for binding-plugin checks")
+	c.Flags().StringVarP(&f.namespace, "namespace", "n", "default", "namespace for objects that name none")
+	_ = c.MarkFlagRequired("filename")
+}
+
+// run admits every VM/VMI and calls emit for each result.
+func (f *offlineFlags) run(c *cobra.Command, emit func(offline.Result) error) error {
+	docs, err := offline.ReadFiles(f.files, c.InOrStdin())
+	if err != nil {
+		return err
+	}
+	state, err := offline.ReadFiles(append(append([]string(nil), f.nads...), f.kubevirt...), nil)
+	if err != nil {
+		return err
+	}
+	// Cluster objects given with -f count as cluster state too.
+	facts, err := offline.Facts(append(state, docs...))
+	if err != nil {
+		return err
+	}
+	cfg := &config.Config{}
+	if f.cfgPath != "" {
+		data, err := os.ReadFile(f.cfgPath)
+		if err != nil {
+			return err
+		}
+		if cfg, err = config.Parse(data, ""); err != nil {
+			return fmt.Errorf("%s: %w", f.cfgPath, err)
+		}
+	} else {
+		d := cfg.Default("")
+		cfg = &d
+	}
+	a := offline.NewAdmitter(cfg, facts, offlineHandlerOptions(cfg, facts))
+	a.Namespace = f.namespace
+	for _, d := range docs {
+		res, ok, err := a.Admit(c.Context(), d)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if err := emit(res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// offlineHandlerOptions lets capabilities add their pod mutators offline.
+var offlineHandlerOptions = func(*config.Config, lookup.Facts) webhook.HandlerOptions { return webhook.HandlerOptions{} }
+
+func mutateCommand() *cobra.Command {
+	var f offlineFlags
+	c := &cobra.Command{
+		Use:   "mutate -f FILE [--nads FILE] [--config FILE] [--kubevirt FILE]",
+		Short: "Print VMs and VMIs as kvnet's webhook would store them, without a cluster",
+		Long: `mutate runs every VirtualMachine and VirtualMachineInstance in the input
+through kvnet's mutating and validating webhooks (the same code the server
+runs) and prints the objects as the API server would store them. Warnings
+and refusals go to stderr; refused objects are not printed.`,
+		RunE: func(c *cobra.Command, _ []string) error {
+			out, errw := c.OutOrStdout(), c.ErrOrStderr()
+			first, denied := true, false
+			err := f.run(c, func(r offline.Result) error {
+				for _, w := range r.Warnings {
+					fmt.Fprintf(errw, "Warning: %s: %s\n", r.Doc.Source, w)
+				}
+				if r.Denied != "" {
+					denied = true
+					fmt.Fprintf(errw, "Error: %s: %s\n", r.Doc.Source, r.Denied)
+					return nil
+				}
+				y, err := offline.ToYAML(r.Mutated)
+				if err != nil {
+					return err
+				}
+				if !first {
+					fmt.Fprintln(out, "---")
+				}
+				first = false
+				_, err = out.Write(y)
+				return err
+			})
+			if err == nil && denied {
+				return errInvalid
+			}
+			return err
+		},
+	}
+	f.register(c)
+	return c
+}
+
+func validateCommand() *cobra.Command {
+	var f offlineFlags
+	c := &cobra.Command{
+		Use:   "validate -f FILE [--nads FILE] [--config FILE] [--kubevirt FILE]",
+		Short: "Report the field errors and warnings kvnet would return; exit 1 when any object is refused",
+		RunE: func(c *cobra.Command, _ []string) error {
+			out := c.OutOrStdout()
+			denied := false
+			err := f.run(c, func(r offline.Result) error {
+				for _, w := range r.Warnings {
+					fmt.Fprintf(out, "%s: warning: %s\n", r.Doc.Source, w)
+				}
+				if r.Denied != "" {
+					denied = true
+					fmt.Fprintf(out, "%s: invalid: %s\n", r.Doc.Source, r.Denied)
+					return nil
+				}
+				fmt.Fprintf(out, "%s: valid\n", r.Doc.Source)
+				return nil
+			})
+			if err == nil && denied {
+				return errInvalid
+			}
+			return err
+		},
+	}
+	f.register(c)
+	return c
+}

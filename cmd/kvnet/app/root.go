@@ -1,0 +1,46 @@
+// Package app wires kvnet's subcommands. It is the only place that knows
+// about flags; everything it calls is a package tests can drive directly.
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// errInvalid marks a run that worked but found invalid objects: exit code 1
+// without an extra error line, like a linter.
+var errInvalid = errors.New("invalid objects found")
+
+// ExitCode maps an error from Run to a process exit code.
+func ExitCode(err error) int {
+	if errors.Is(err, errInvalid) {
+		return 1
+	}
+	return 2
+}
+
+// Run executes kvnet with args (without the program name).
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	root := &cobra.Command{
+		Use:           "kvnet",
+		Short:         "Network admission for KubeVirt: Multus networks, vDPA, kube-ovn, persistent and migration IPs",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(webhookCommand(), mutateCommand(), validateCommand())
+	for _, add := range extraCommands {
+		root.AddCommand(add())
+	}
+	return root.ExecuteContext(ctx)
+}
+
+// extraCommands lets capability files register subcommands from init, so
+// adding one does not touch this file.
+var extraCommands []func() *cobra.Command

@@ -1,0 +1,185 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/webhook"
+)
+
+// ServeOptions are the webhook server's process settings. Policy lives in
+// the config file; these are about where and how to listen.
+type ServeOptions struct {
+	ConfigPath       string
+	CertDir          string
+	Port             int
+	Host             string
+	MetricsAddr      string
+	ProbeAddr        string
+	TLSMinVersion    string
+	LeaderElect      bool
+	Namespace        string
+	LeaderElectionID string
+}
+
+func (o *ServeOptions) register(c *cobra.Command) {
+	fs := c.Flags()
+	fs.StringVar(&o.ConfigPath, "config", "/etc/kvnet/config.yaml", "policy file, reloaded when it changes")
+	fs.StringVar(&o.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key, reloaded when they change")
+	fs.IntVar(&o.Port, "webhook-port", 9443, "HTTPS port of the admission webhooks")
+	fs.StringVar(&o.Host, "webhook-host", "", "address the webhooks bind (default all)")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address; 0 disables")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
+	fs.StringVar(&o.TLSMinVersion, "tls-min-version", "1.2", "minimum TLS version of the webhooks: 1.2 or 1.3")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader for the controllers (webhooks run on every replica)")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "kvnet-controllers", "lease name for leader election")
+	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "kvnet's own namespace (always excluded from admission)")
+}
+
+// Scheme knows every kind kvnet reads or writes.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, nadv1.AddToScheme, kubevirtv1.AddToScheme, ipamv1alpha1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			panic(err) // static registrations; cannot fail at run time
+		}
+	}
+	return s
+}
+
+func tlsVersion(s string) (uint16, error) {
+	switch s {
+	case "1.2", "VersionTLS12":
+		return tls.VersionTLS12, nil
+	case "1.3", "VersionTLS13":
+		return tls.VersionTLS13, nil
+	}
+	return 0, fmt.Errorf("--tls-min-version: want 1.2 or 1.3, got %q", s)
+}
+
+// Extension adds a capability (controllers, pod mutators) to the server.
+// Capability files append to serveExtensions from init.
+type Extension func(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, opts *webhook.HandlerOptions, so *ServeOptions) error
+
+var serveExtensions []Extension
+
+// NewManager builds the manager with kvnet's webhooks and controllers on it.
+// Tests call it with envtest's rest.Config.
+func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *config.Source) (manager.Manager, error) {
+	minTLS, err := tlsVersion(o.TLSMinVersion)
+	if err != nil {
+		return nil, err
+	}
+	tlsOpts := []func(*tls.Config){
+		func(c *tls.Config) { c.MinVersion = minTLS },
+		// HTTP/2 stays off: its rapid-reset and stream exhaustion CVEs are
+		// not worth the gain for one request per admission.
+		func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} },
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        o.LeaderElectionID,
+		LeaderElectionNamespace: o.Namespace,
+		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
+		}),
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: false}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	// Start the informers admission reads with the manager, not lazily on the
+	// first request, and report ready only once they have synced.
+	for _, obj := range []client.Object{&nadv1.NetworkAttachmentDefinition{}, &corev1.Namespace{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("starting informer for %T: %w", obj, err)
+		}
+	}
+	facts := lookup.NewReader(mgr.GetCache())
+	var hopts webhook.HandlerOptions
+	for _, ext := range serveExtensions {
+		if err := ext(ctx, mgr, cfg, facts, &hopts, &o); err != nil {
+			return nil, err
+		}
+	}
+	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, facts, hopts))
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook-tls", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("informers", func(*http.Request) error {
+		c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(c) {
+			return fmt.Errorf("informer caches have not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+func webhookCommand() *cobra.Command {
+	var o ServeOptions
+	var zo zap.Options
+	c := &cobra.Command{
+		Use:   "webhook",
+		Short: "Serve kvnet's admission webhooks and run its controllers",
+		RunE: func(c *cobra.Command, _ []string) error {
+			log := zap.New(zap.UseFlagOptions(&zo))
+			ctrl.SetLogger(log)
+			w, err := config.NewWatcher(o.ConfigPath, o.Namespace, log.WithName("config"))
+			if err != nil {
+				return err
+			}
+			restCfg, err := ctrl.GetConfig()
+			if err != nil {
+				return fmt.Errorf("finding the cluster: %w", err)
+			}
+			mgr, err := NewManager(c.Context(), restCfg, o, &w.Source)
+			if err != nil {
+				return err
+			}
+			if err := mgr.Add(w); err != nil {
+				return err
+			}
+			log.Info("starting kvnet", "webhookPort", o.Port, "config", o.ConfigPath)
+			return mgr.Start(c.Context())
+		},
+	}
+	o.register(c)
+	gofs := goFlagSet()
+	zo.BindFlags(gofs)
+	c.Flags().AddGoFlagSet(gofs)
+	return c
+}

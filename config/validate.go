@@ -1,0 +1,134 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Validate checks what the schema cannot: names, references and selectors.
+// It runs before defaults, so an unset field is still visible as unset.
+func Validate(c *Config) field.ErrorList {
+	var errs field.ErrorList
+	for i, ns := range c.ExcludedNamespaces {
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, field.Invalid(field.NewPath("excludedNamespaces").Index(i), ns, msg))
+		}
+	}
+	errs = append(errs, validateRules(c.NetworkRules, field.NewPath("networkRules"))...)
+	errs = append(errs, validatePrefixes(c.SRIOV.ResourcePrefixes, field.NewPath("sriov", "resourcePrefixes"))...)
+	errs = append(errs, validatePrefixes(c.VDPA.ResourcePrefixes, field.NewPath("vdpa", "resourcePrefixes"))...)
+	if p := c.VDPA.BindingPlugin; p != "" {
+		errs = append(errs, validateBindingName(p, field.NewPath("vdpa", "bindingPlugin"))...)
+	}
+	errs = append(errs, validateMigration(&c.Migration, field.NewPath("migration"))...)
+	return errs
+}
+
+func validateRules(rules []NetworkRule, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, r := range rules {
+		rp := p.Index(i)
+		switch {
+		case r.Name == "":
+			errs = append(errs, field.Required(rp.Child("name"), "every rule needs a name: it is recorded on the VMs it changes"))
+		case seen[r.Name]:
+			errs = append(errs, field.Duplicate(rp.Child("name"), r.Name))
+		}
+		seen[r.Name] = true
+		errs = append(errs, validateSelector(r.NamespaceSelector, rp.Child("namespaceSelector"))...)
+		errs = append(errs, validateSelector(r.VMSelector, rp.Child("vmSelector"))...)
+		if len(r.Networks) == 0 {
+			errs = append(errs, field.Required(rp.Child("networks"), "a rule must add at least one network"))
+		}
+		netNames := map[string]bool{}
+		defaults := 0
+		for j, n := range r.Networks {
+			np := rp.Child("networks").Index(j)
+			errs = append(errs, ValidateNetwork(n, np)...)
+			if netNames[n.Name] {
+				errs = append(errs, field.Duplicate(np.Child("name"), n.Name))
+			}
+			netNames[n.Name] = true
+			if n.DefaultRoute {
+				defaults++
+				if defaults > 1 {
+					errs = append(errs, field.Invalid(np.Child("defaultRoute"), true, "only one network of a rule may carry the default route"))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// ValidateNetwork checks one requested network; the annotation parser uses it too.
+func ValidateNetwork(n Network, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if n.Name == "" {
+		errs = append(errs, field.Required(p.Child("name"), "the VMI network and interface name"))
+	} else {
+		for _, msg := range validation.IsDNS1123Label(n.Name) {
+			errs = append(errs, field.Invalid(p.Child("name"), n.Name, msg))
+		}
+	}
+	if n.NAD == "" {
+		errs = append(errs, field.Required(p.Child("nad"), `a NetworkAttachmentDefinition as "namespace/name" or "name"`))
+	} else if _, _, err := SplitNAD(n.NAD, "x"); err != nil {
+		errs = append(errs, field.Invalid(p.Child("nad"), n.NAD, err.Error()))
+	}
+	if n.Binding != "" {
+		errs = append(errs, validateBindingName(n.Binding, p.Child("binding"))...)
+	}
+	return errs
+}
+
+func validateBindingName(b string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(b) {
+		errs = append(errs, field.Invalid(p, b, "want auto, bridge, sriov or the name of a binding plugin in the KubeVirt CR: "+msg))
+	}
+	return errs
+}
+
+func validateSelector(s *metav1.LabelSelector, p *field.Path) field.ErrorList {
+	if s == nil {
+		return nil
+	}
+	if _, err := metav1.LabelSelectorAsSelector(s); err != nil {
+		return field.ErrorList{field.Invalid(p, s, err.Error())}
+	}
+	return nil
+}
+
+func validatePrefixes(prefixes []string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, s := range prefixes {
+		if strings.TrimSpace(s) == "" {
+			errs = append(errs, field.Invalid(p.Index(i), s, "an empty prefix would match every resource"))
+		}
+	}
+	return errs
+}
+
+// SplitNAD turns "ns/name" or "name" into a namespace and a name, using
+// defaultNamespace for the short form, as KubeVirt's multus.networkName does.
+func SplitNAD(ref, defaultNamespace string) (namespace, name string, err error) {
+	ns, n, found := strings.Cut(ref, "/")
+	if !found {
+		ns, n = defaultNamespace, ref
+	}
+	if strings.Contains(n, "/") {
+		return "", "", fmt.Errorf("want namespace/name or name, got %d slashes", strings.Count(ref, "/"))
+	}
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return "", "", fmt.Errorf("namespace %q: %s", ns, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+		return "", "", fmt.Errorf("name %q: %s", n, strings.Join(msgs, "; "))
+	}
+	return ns, n, nil
+}

@@ -1,0 +1,137 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_config_reloads_total",
+		Help: "Config file reloads by result (success, failure). A failure keeps the previous config.",
+	}, []string{"result"})
+	lastReload = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvnet_config_last_reload_success_timestamp_seconds",
+		Help: "Unix time of the last config load that took effect.",
+	})
+)
+
+func init() { metrics.Registry.MustRegister(reloads, lastReload) }
+
+// Source hands out the current config. Readers call Get on every request; it
+// is one atomic load.
+type Source struct {
+	current atomic.Pointer[Config]
+}
+
+// Static returns a Source that always yields c.
+func Static(c *Config) *Source {
+	s := &Source{}
+	s.current.Store(c)
+	return s
+}
+
+// Set replaces the config in force.
+func (s *Source) Set(c *Config) { s.current.Store(c) }
+
+// Get returns the config in force.
+func (s *Source) Get() *Config { return s.current.Load() }
+
+// Watcher reloads a config file when it changes. ConfigMap volumes change by
+// swapping a symlink, so it watches the directory, and polls as a safety net
+// for filesystems that send no events.
+type Watcher struct {
+	Source
+	Path         string
+	OwnNamespace string
+	// Poll is how often the file is re-read even without events; default 10s.
+	Poll time.Duration
+	Log  logr.Logger
+
+	last []byte
+}
+
+// NewWatcher loads path once; a bad file is an error, so the process does not start.
+func NewWatcher(path, ownNamespace string, log logr.Logger) (*Watcher, error) {
+	w := &Watcher{Path: path, OwnNamespace: ownNamespace, Log: log}
+	if _, err := w.load(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// load parses the file and swaps it in; changed is false when the bytes are
+// the ones already in force.
+func (w *Watcher) load() (changed bool, err error) {
+	data, err := os.ReadFile(w.Path)
+	if err != nil {
+		return false, fmt.Errorf("reading config %s: %w", w.Path, err)
+	}
+	if w.last != nil && bytes.Equal(data, w.last) {
+		return false, nil
+	}
+	c, err := Parse(data, w.OwnNamespace)
+	if err != nil {
+		w.last = data // report a bad file once, not on every poll
+		return false, fmt.Errorf("%s: %w", w.Path, err)
+	}
+	w.current.Store(c)
+	w.last = data
+	lastReload.SetToCurrentTime()
+	return true, nil
+}
+
+// Reload re-reads the file now. On error the previous config stays in force.
+func (w *Watcher) Reload() error {
+	changed, err := w.load()
+	switch {
+	case err != nil:
+		reloads.WithLabelValues("failure").Inc()
+		w.Log.Error(err, "config reload failed; keeping the previous config")
+		return err
+	case changed:
+		reloads.WithLabelValues("success").Inc()
+		w.Log.Info("config reloaded", "path", w.Path)
+	}
+	return nil
+}
+
+// Start watches until ctx ends. It satisfies controller-runtime's Runnable.
+func (w *Watcher) Start(ctx context.Context) error {
+	poll := w.Poll
+	if poll <= 0 {
+		poll = 10 * time.Second
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching config: %w", err)
+	}
+	defer fw.Close()
+	if err := fw.Add(filepath.Dir(w.Path)); err != nil {
+		w.Log.Error(err, "cannot watch the config directory; polling only", "dir", filepath.Dir(w.Path))
+	}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-fw.Events:
+			_ = w.Reload()
+		case err := <-fw.Errors:
+			w.Log.Error(err, "config watch error")
+		case <-tick.C:
+			_ = w.Reload()
+		}
+	}
+}

@@ -1,0 +1,125 @@
+// Package lookup answers the questions admission asks about the cluster: what
+// a NAD is, what labels a namespace has, how KubeVirt is configured. The
+// webhook answers them from informer caches, the offline CLI from files; the
+// mutators and validators cannot tell the difference.
+package lookup
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/netattach"
+)
+
+// Facts is read-only cluster state. Implementations must be safe for
+// concurrent use and must not call the API server per request.
+type Facts interface {
+	// NAD returns the parsed NAD, or nil (and no error) when it does not exist.
+	NAD(ctx context.Context, namespace, name string) (*netattach.Info, error)
+	// NamespaceLabels returns the labels of a namespace; nil when it is unknown.
+	NamespaceLabels(ctx context.Context, namespace string) (map[string]string, error)
+	// KubeVirt returns the KubeVirt CR, or nil when none is visible.
+	KubeVirt(ctx context.Context) (*kubevirtv1.KubeVirt, error)
+}
+
+// Reader answers from a controller-runtime reader, normally the manager's
+// cache, and remembers parsed NADs per resourceVersion so a NAD's JSON is
+// decoded once, not once per request.
+type Reader struct {
+	client.Reader
+	parsed sync.Map // "ns/name" -> *netattach.Info
+}
+
+// NewReader wraps r, which should be informer-backed.
+func NewReader(r client.Reader) *Reader { return &Reader{Reader: r} }
+
+// NAD implements Facts.
+func (r *Reader) NAD(ctx context.Context, namespace, name string) (*netattach.Info, error) {
+	var nad nadv1.NetworkAttachmentDefinition
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &nad); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", namespace, name, err)
+	}
+	key := namespace + "/" + name
+	if v, ok := r.parsed.Load(key); ok {
+		if info := v.(*netattach.Info); info.ResourceVersion == nad.ResourceVersion {
+			return info, nil
+		}
+	}
+	info := netattach.Parse(&nad)
+	r.parsed.Store(key, info)
+	return info, nil
+}
+
+// NamespaceLabels implements Facts.
+func (r *Reader) NamespaceLabels(ctx context.Context, namespace string) (map[string]string, error) {
+	var ns corev1.Namespace
+	if err := r.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading namespace %s: %w", namespace, err)
+	}
+	return ns.Labels, nil
+}
+
+// KubeVirt implements Facts. A cluster without the KubeVirt CRD, or without a
+// KubeVirt CR, yields nil: validators then skip the checks that need it.
+func (r *Reader) KubeVirt(ctx context.Context) (*kubevirtv1.KubeVirt, error) {
+	var list kubevirtv1.KubeVirtList
+	if err := r.List(ctx, &list); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing KubeVirt CRs: %w", err)
+	}
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// Static is a fixed snapshot, used by the offline CLI and unit tests.
+type Static struct {
+	NADs       map[string]*netattach.Info // "ns/name"
+	Namespaces map[string]map[string]string
+	KubeVirtCR *kubevirtv1.KubeVirt
+}
+
+// NewStatic builds a snapshot from typed objects.
+func NewStatic(nads []nadv1.NetworkAttachmentDefinition, namespaces []corev1.Namespace, kv *kubevirtv1.KubeVirt) *Static {
+	s := &Static{NADs: map[string]*netattach.Info{}, Namespaces: map[string]map[string]string{}, KubeVirtCR: kv}
+	for i := range nads {
+		info := netattach.Parse(&nads[i])
+		s.NADs[info.Ref()] = info
+	}
+	for _, ns := range namespaces {
+		s.Namespaces[ns.Name] = ns.Labels
+	}
+	return s
+}
+
+// NAD implements Facts.
+func (s *Static) NAD(_ context.Context, namespace, name string) (*netattach.Info, error) {
+	return s.NADs[namespace+"/"+name], nil
+}
+
+// NamespaceLabels implements Facts.
+func (s *Static) NamespaceLabels(_ context.Context, namespace string) (map[string]string, error) {
+	return s.Namespaces[namespace], nil
+}
+
+// KubeVirt implements Facts.
+func (s *Static) KubeVirt(context.Context) (*kubevirtv1.KubeVirt, error) { return s.KubeVirtCR, nil }

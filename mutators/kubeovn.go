@@ -1,0 +1,66 @@
+package mutators
+
+import (
+	"context"
+
+	"github.com/kvnet/kvnet/chain"
+)
+
+// KubeOVN annotation keys, prefixed by the attachment's provider.
+const (
+	KubeOVNDefaultRoute       = ".kubernetes.io/default_route"
+	KubeOVNAllowLiveMigration = ".kubernetes.io/allow_live_migration"
+)
+
+// KubeOVN writes the per-attachment annotations kube-ovn reads from the
+// virt-launcher pod: which NIC gets the default route, and (kube-ovn up to
+// v1.12) that the IP may be shared by source and target pod during live
+// migration. They go on the VMI template metadata, which KubeVirt copies to
+// the VMI and from there to the pod.
+type KubeOVN struct{}
+
+// Name implements chain.Mutator.
+func (KubeOVN) Name() string { return "kube-ovn" }
+
+// Mutate implements chain.Mutator.
+func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
+	for _, net := range req.Spec.Networks {
+		if net.Multus == nil {
+			continue
+		}
+		info, err := req.NAD(ctx, net.Multus.NetworkName)
+		if err != nil {
+			return err
+		}
+		if info == nil || !info.IsKubeOVN() {
+			if req.DefaultRoute[net.Name] {
+				req.Warn("network %s asks for the default route, but only kube-ovn attachments honour that; ignored", net.Name)
+			}
+			continue
+		}
+		provider := info.KubeOVNProvider()
+		changed := false
+		if req.DefaultRoute[net.Name] {
+			changed = setAnnotation(req, provider+KubeOVNDefaultRoute, "true") || changed
+		}
+		if req.Config.KubeOVN.LegacyLiveMigration {
+			changed = setAnnotation(req, provider+KubeOVNAllowLiveMigration, "true") || changed
+		}
+		if changed {
+			req.Record(m.Name(), "", net.Name)
+		}
+	}
+	return nil
+}
+
+// setAnnotation sets a template annotation the user has not set already.
+func setAnnotation(req *chain.Request, key, value string) bool {
+	if _, ok := req.TemplateMeta.Annotations[key]; ok {
+		return false
+	}
+	if req.TemplateMeta.Annotations == nil {
+		req.TemplateMeta.Annotations = map[string]string{}
+	}
+	req.TemplateMeta.Annotations[key] = value
+	return true
+}

@@ -1,0 +1,157 @@
+package mutators
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/netattach"
+)
+
+// NetworkInjector adds the Multus networks that config rules and the
+// kvnet.io/networks annotation ask for. A network the VM already declares
+// (by name, or by attaching the same NAD) is never duplicated or rewritten:
+// the user's spec wins.
+type NetworkInjector struct{}
+
+// Name implements chain.Mutator.
+func (NetworkInjector) Name() string { return "networks" }
+
+type wantedNetwork struct {
+	rule string
+	net  config.Network
+}
+
+// Mutate implements chain.Mutator.
+func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
+	wanted, err := m.wanted(ctx, req)
+	if err != nil || len(wanted) == 0 {
+		return err
+	}
+	for _, w := range wanted {
+		added, err := m.ensure(ctx, req, w.net)
+		if err != nil {
+			return err
+		}
+		if added {
+			req.Record(m.Name(), w.rule, w.net.Name)
+		}
+	}
+	return nil
+}
+
+// wanted lists the rules' networks, then the annotation's, in order.
+func (NetworkInjector) wanted(ctx context.Context, req *chain.Request) ([]wantedNetwork, error) {
+	var out []wantedNetwork
+	var nsLabels map[string]string
+	nsRead := false
+	for i := range req.Config.NetworkRules {
+		r := &req.Config.NetworkRules[i]
+		if r.NeedsNamespaceLabels() && !nsRead {
+			var err error
+			if nsLabels, err = req.Facts.NamespaceLabels(ctx, req.Namespace); err != nil {
+				return nil, err
+			}
+			nsRead = true
+		}
+		if !r.Matches(nsLabels, req.Meta.Labels) {
+			continue
+		}
+		for _, n := range r.Networks {
+			out = append(out, wantedNetwork{rule: r.Name, net: n})
+		}
+	}
+	if v, ok := req.Meta.Annotations[chain.NetworksAnnotation]; ok {
+		p := field.NewPath("metadata", "annotations").Key(chain.NetworksAnnotation)
+		nets, errs := ParseRequested(v, p)
+		if len(errs) > 0 {
+			return nil, req.Invalid(errs)
+		}
+		for _, n := range nets {
+			out = append(out, wantedNetwork{rule: chain.NetworksAnnotation, net: n})
+		}
+	}
+	return out, nil
+}
+
+// ensure adds one network and its interface unless the VM has it already.
+func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.Network) (added bool, err error) {
+	ns, name, err := config.SplitNAD(n.NAD, req.Namespace)
+	if err != nil {
+		return false, err // config and annotation were validated; unreachable in practice
+	}
+	if i, existing := req.Network(n.Name); i >= 0 {
+		if n.DefaultRoute && existing.Multus != nil && sameNAD(req, existing.Multus.NetworkName, ns, name) {
+			markDefaultRoute(req, n.Name)
+		}
+		return false, nil
+	}
+	for _, existing := range req.Spec.Networks {
+		if existing.Multus != nil && sameNAD(req, existing.Multus.NetworkName, ns, name) {
+			if n.DefaultRoute {
+				markDefaultRoute(req, existing.Name)
+			}
+			return false, nil
+		}
+	}
+	iface := kubevirtv1.Interface{Name: n.Name}
+	if err := setBinding(ctx, req, &iface, n.Binding, n.NAD); err != nil {
+		return false, err
+	}
+	req.Spec.Networks = append(req.Spec.Networks, kubevirtv1.Network{
+		Name:          n.Name,
+		NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n.NAD}},
+	})
+	if i, _ := req.Interface(n.Name); i < 0 {
+		req.Spec.Domain.Devices.Interfaces = append(req.Spec.Domain.Devices.Interfaces, iface)
+	}
+	if n.DefaultRoute {
+		markDefaultRoute(req, n.Name)
+	}
+	return true, nil
+}
+
+func markDefaultRoute(req *chain.Request, network string) {
+	if req.DefaultRoute == nil {
+		req.DefaultRoute = map[string]bool{}
+	}
+	req.DefaultRoute[network] = true
+}
+
+func sameNAD(req *chain.Request, networkName, ns, name string) bool {
+	ens, ename, err := config.SplitNAD(networkName, req.Namespace)
+	return err == nil && ens == ns && ename == name
+}
+
+// setBinding resolves binding "auto" from the NAD: SR-IOV resources bind as
+// sriov, vDPA resources through the vDPA plugin, the rest as bridge. A NAD
+// that does not exist yet gets bridge; the validator then reports it missing.
+func setBinding(ctx context.Context, req *chain.Request, iface *kubevirtv1.Interface, binding, nad string) error {
+	if binding == config.BindingAuto || binding == "" {
+		info, err := req.NAD(ctx, nad)
+		if err != nil {
+			return err
+		}
+		binding = config.BindingBridge
+		if info != nil {
+			switch req.Classify(info) {
+			case netattach.KindSRIOV:
+				binding = config.BindingSRIOV
+			case netattach.KindVDPA:
+				binding = req.Config.VDPA.BindingPlugin
+			}
+		}
+	}
+	switch binding {
+	case config.BindingBridge:
+		iface.Bridge = &kubevirtv1.InterfaceBridge{}
+	case config.BindingSRIOV:
+		iface.SRIOV = &kubevirtv1.InterfaceSRIOV{}
+	default:
+		iface.Binding = &kubevirtv1.PluginBinding{Name: binding}
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package mutators
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/multus"
+)
+
+// ParseRequested reads the kvnet.io/networks annotation. It takes the Multus
+// short form users already know ("ns/nad@name, nad2": the part after @ names
+// the VMI network, the NAD name is used when it is absent) or a JSON list of
+// {"name", "nad", "binding", "defaultRoute"} for the cases the short form
+// cannot say. Errors carry the annotation's field path.
+func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorList) {
+	s := strings.TrimSpace(value)
+	if s == "" {
+		return nil, nil
+	}
+	var nets []config.Network
+	if strings.HasPrefix(s, "[") {
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&nets); err != nil {
+			return nil, field.ErrorList{field.Invalid(p, value, "not a JSON list of {name, nad, binding, defaultRoute}: "+err.Error())}
+		}
+	} else {
+		for i, item := range strings.Split(s, ",") {
+			ns, name, iface, err := multus.ParseShort(item)
+			if err != nil {
+				return nil, field.ErrorList{field.Invalid(p, value, fmt.Sprintf("item %d: %v", i, err))}
+			}
+			nad := name
+			if ns != "" {
+				nad = ns + "/" + name
+			}
+			if iface == "" {
+				iface = name
+			}
+			nets = append(nets, config.Network{Name: iface, NAD: nad})
+		}
+	}
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i := range nets {
+		n := &nets[i]
+		if n.Binding == "" {
+			n.Binding = config.BindingAuto
+		}
+		for _, e := range config.ValidateNetwork(*n, field.NewPath("[" + fmt.Sprint(i) + "]")) {
+			errs = append(errs, field.Invalid(p, value, e.Error()))
+		}
+		if seen[n.Name] {
+			errs = append(errs, field.Invalid(p, value, fmt.Sprintf("network %q is requested twice", n.Name)))
+		}
+		seen[n.Name] = true
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return nets, nil
+}

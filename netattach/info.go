@@ -1,0 +1,146 @@
+// Package netattach reads what kvnet needs to know from a
+// NetworkAttachmentDefinition: which device plugin backs it, which CNI runs
+// it, and what its config allows. It is parsed once per NAD version and then
+// shared by every admission request.
+package netattach
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+)
+
+// ResourceNameAnnotation names the device-plugin resource a NAD consumes.
+const ResourceNameAnnotation = "k8s.v1.cni.cncf.io/resourceName"
+
+// Kind is what kind of device a NAD attaches, which decides the interface binding.
+type Kind string
+
+const (
+	KindBridge Kind = "bridge"
+	KindSRIOV  Kind = "sriov"
+	KindVDPA   Kind = "vdpa"
+)
+
+// Info is the part of a NAD kvnet's mutators and validators read.
+type Info struct {
+	Namespace string
+	Name      string
+	// ResourceVersion lets caches tell a stale parse from a fresh one.
+	ResourceVersion string
+	// ResourceName is the k8s.v1.cni.cncf.io/resourceName annotation.
+	ResourceName string
+	// CNIType is the config's "type", or the first plugin's in a conflist.
+	CNIType string
+	// NetworkName is the config's "name": what IPAMClaims reference.
+	NetworkName string
+	// Provider is kube-ovn's "provider" field, when set.
+	Provider string
+	// AllowPersistentIPs is OVN-Kubernetes' allowPersistentIPs flag.
+	AllowPersistentIPs bool
+	// IPAMType is the config's ipam.type, when set.
+	IPAMType string
+	// Role is "primary" for primary user-defined networks.
+	Role string
+	// ConfigError is set when spec.config does not parse; the other config
+	// fields are then empty.
+	ConfigError error
+}
+
+// Ref is "namespace/name".
+func (i *Info) Ref() string { return i.Namespace + "/" + i.Name }
+
+// Classify tells SR-IOV and vDPA NADs from the rest by resource-name prefix.
+// vDPA prefixes are checked first: vendors publish both from one domain.
+func (i *Info) Classify(sriovPrefixes, vdpaPrefixes []string) Kind {
+	if i.ResourceName == "" {
+		return KindBridge
+	}
+	if hasPrefix(i.ResourceName, vdpaPrefixes) {
+		return KindVDPA
+	}
+	if hasPrefix(i.ResourceName, sriovPrefixes) {
+		return KindSRIOV
+	}
+	return KindBridge
+}
+
+// IsKubeOVN reports whether kube-ovn runs this attachment.
+func (i *Info) IsKubeOVN() bool { return i.CNIType == "kube-ovn" }
+
+// KubeOVNProvider is the provider name kube-ovn keys its pod annotations by.
+func (i *Info) KubeOVNProvider() string {
+	if i.Provider != "" {
+		return i.Provider
+	}
+	return i.Name + "." + i.Namespace + ".ovn"
+}
+
+func hasPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if p != "" && strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// cniConfig is the subset of a CNI config or conflist kvnet reads.
+type cniConfig struct {
+	Name               string      `json:"name"`
+	Type               string      `json:"type"`
+	Provider           string      `json:"provider"`
+	AllowPersistentIPs bool        `json:"allowPersistentIPs"`
+	Role               string      `json:"role"`
+	IPAM               *ipamConfig `json:"ipam"`
+	Plugins            []cniConfig `json:"plugins"`
+}
+
+type ipamConfig struct {
+	Type string `json:"type"`
+}
+
+// Parse extracts Info from a NAD. It never fails: an unparsable config is
+// recorded in ConfigError so the validator can point at the network using it.
+func Parse(nad *nadv1.NetworkAttachmentDefinition) *Info {
+	info := &Info{
+		Namespace:       nad.Namespace,
+		Name:            nad.Name,
+		ResourceVersion: nad.ResourceVersion,
+		ResourceName:    nad.Annotations[ResourceNameAnnotation],
+	}
+	if strings.TrimSpace(nad.Spec.Config) == "" {
+		// A NAD without config delegates to a CNI config file on the node.
+		return info
+	}
+	var c cniConfig
+	if err := json.Unmarshal([]byte(nad.Spec.Config), &c); err != nil {
+		info.ConfigError = fmt.Errorf("spec.config is not valid JSON: %w", err)
+		return info
+	}
+	info.NetworkName = c.Name
+	info.CNIType = c.Type
+	info.Provider = c.Provider
+	info.AllowPersistentIPs = c.AllowPersistentIPs
+	info.Role = c.Role
+	if c.IPAM != nil {
+		info.IPAMType = c.IPAM.Type
+	}
+	if len(c.Plugins) > 0 {
+		p := c.Plugins[0]
+		info.CNIType = p.Type
+		if info.Provider == "" {
+			info.Provider = p.Provider
+		}
+		info.AllowPersistentIPs = info.AllowPersistentIPs || p.AllowPersistentIPs
+		if info.Role == "" {
+			info.Role = p.Role
+		}
+		if p.IPAM != nil && info.IPAMType == "" {
+			info.IPAMType = p.IPAM.Type
+		}
+	}
+	return info
+}

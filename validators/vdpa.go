@@ -1,0 +1,75 @@
+package validators
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/netattach"
+)
+
+// VDPA refuses vDPA attachments that cannot start: a binding plugin the
+// KubeVirt CR does not declare, or one that does not receive device-info
+// (the sidecar learns the /dev/vhost-vdpa-N path from it), and memory that
+// may not be locked although the device DMAs into it. It warns that such a
+// VM cannot live-migrate unless the plugin declares a migration method.
+type VDPA struct{}
+
+// Name implements chain.Validator.
+func (VDPA) Name() string { return "vdpa" }
+
+// Validate implements chain.Validator.
+func (VDPA) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
+	nets, err := multusNetworks(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var kv *kubevirtv1.KubeVirt
+	kvRead := false
+	var errs field.ErrorList
+	anyVDPA := false
+	for _, mn := range nets {
+		if mn.nad == nil || mn.iface == nil || req.Classify(mn.nad) != netattach.KindVDPA || mn.iface.Binding == nil {
+			continue // Binding reports non-plugin bindings on vDPA NADs
+		}
+		anyVDPA = true
+		if !kvRead {
+			if kv, err = req.Facts.KubeVirt(ctx); err != nil {
+				return nil, err
+			}
+			kvRead = true
+		}
+		name := mn.iface.Binding.Name
+		p := req.InterfacePath(mn.ifaceIndex).Child("binding", "name")
+		if kv == nil {
+			req.Warn("%s: no KubeVirt CR is visible to kvnet, so binding plugin %q was not checked; the VM may not be live-migratable", p.String(), name)
+			continue
+		}
+		var plugin kubevirtv1.InterfaceBindingPlugin
+		ok := false
+		if nc := kv.Spec.Configuration.NetworkConfiguration; nc != nil {
+			plugin, ok = nc.Binding[name]
+		}
+		switch {
+		case !ok:
+			errs = append(errs, field.Invalid(p, name, fmt.Sprintf(
+				"KubeVirt %s/%s declares no network binding plugin %q in spec.configuration.network.binding", kv.Namespace, kv.Name, name)))
+		case plugin.DownwardAPI != kubevirtv1.DeviceInfo:
+			errs = append(errs, field.Invalid(p, name, fmt.Sprintf(
+				"binding plugin %q must set downwardAPI: device-info in KubeVirt %s/%s: the vDPA device path reaches the plugin only that way", name, kv.Namespace, kv.Name)))
+		case plugin.Migration == nil:
+			req.Warn("%s: binding plugin %q declares no migration method: this VM cannot be live-migrated", p.String(), name)
+		}
+	}
+	if anyVDPA {
+		if m := req.Spec.Domain.Memory; m != nil && m.ReservedOverhead != nil && m.ReservedOverhead.MemLock != nil &&
+			*m.ReservedOverhead.MemLock == kubevirtv1.MemLockNotRequired {
+			errs = append(errs, field.NotSupported(req.SpecPath.Child("domain", "memory", "reservedOverhead", "memLock"),
+				kubevirtv1.MemLockNotRequired, []kubevirtv1.MemLockRequirement{kubevirtv1.MemLockRequired}))
+		}
+	}
+	return errs, nil
+}

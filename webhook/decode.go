@@ -1,0 +1,82 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/kvnet/kvnet/chain"
+)
+
+// decodeVMish decodes a VM or VMI and returns the typed object together with a
+// chain request whose pointers alias into it, so mutators change the object
+// itself.
+func decodeVMish(kind string, raw []byte) (any, *chain.Request, error) {
+	if len(raw) == 0 {
+		return nil, nil, fmt.Errorf("the request carries no object")
+	}
+	switch kind {
+	case chain.KindVM:
+		var vm kubevirtv1.VirtualMachine
+		if err := json.Unmarshal(raw, &vm); err != nil {
+			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
+		}
+		if vm.Spec.Template == nil {
+			vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+		}
+		return &vm, &chain.Request{
+			Kind:             chain.KindVM,
+			Name:             vm.Name,
+			Namespace:        vm.Namespace,
+			Meta:             &vm.ObjectMeta,
+			TemplateMeta:     &vm.Spec.Template.ObjectMeta,
+			Spec:             &vm.Spec.Template.Spec,
+			SpecPath:         field.NewPath("spec", "template", "spec"),
+			TemplateMetaPath: field.NewPath("spec", "template", "metadata"),
+		}, nil
+	case chain.KindVMI:
+		var vmi kubevirtv1.VirtualMachineInstance
+		if err := json.Unmarshal(raw, &vmi); err != nil {
+			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
+		}
+		return &vmi, &chain.Request{
+			Kind:             chain.KindVMI,
+			Name:             vmi.Name,
+			Namespace:        vmi.Namespace,
+			Meta:             &vmi.ObjectMeta,
+			TemplateMeta:     &vmi.ObjectMeta,
+			Spec:             &vmi.Spec,
+			SpecPath:         field.NewPath("spec"),
+			TemplateMetaPath: field.NewPath("metadata"),
+		}, nil
+	}
+	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
+}
+
+// fillRequest completes a decoded request with what the AdmissionReview says.
+// The object's own namespace is empty on CREATE with generateName or when
+// the client left it out; the review's namespace is authoritative.
+func fillRequest(cr *chain.Request, ar *admissionv1.AdmissionRequest) {
+	cr.Operation = ar.Operation
+	if ar.Namespace != "" {
+		cr.Namespace = ar.Namespace
+	}
+	if cr.Name == "" {
+		cr.Name = ar.Name
+	}
+}
+
+// ownedByVM reports whether a VMI was created by a VirtualMachine: its spec
+// came from a VM template kvnet already mutated.
+func ownedByVM(meta *metav1.ObjectMeta) bool {
+	for _, o := range meta.OwnerReferences {
+		if o.Kind == chain.KindVM && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return false
+}

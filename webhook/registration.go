@@ -1,0 +1,127 @@
+package webhook
+
+import (
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Registration describes how the API server reaches kvnet.
+type Registration struct {
+	// Name prefixes the configuration and webhook names; default "kvnet".
+	Name string
+	// ServiceNamespace/ServiceName/ServicePort locate the webhook Service.
+	ServiceNamespace string
+	ServiceName      string
+	ServicePort      int32
+	// CABundle verifies kvnet's serving certificate.
+	CABundle []byte
+	// ExcludedNamespaces are never sent to kvnet (kube-system and kvnet's own).
+	ExcludedNamespaces []string
+	// FailurePolicy applies to the VM/VMI webhooks; default Fail.
+	FailurePolicy admissionregv1.FailurePolicyType
+	// TimeoutSeconds per call; default 10.
+	TimeoutSeconds int32
+}
+
+// Labels KubeVirt puts on its pods, which the pod webhooks select on.
+const (
+	KubeVirtLabel            = "kubevirt.io"
+	LauncherLabelValue       = "virt-launcher"
+	HandlerLabelValue        = "virt-handler"
+	SyncControllerLabelValue = "virt-synchronization-controller"
+)
+
+// Configurations returns the webhook configurations kvnet needs. The Helm
+// chart renders the same rules; tests and the demo use these objects.
+func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfiguration, *admissionregv1.ValidatingWebhookConfiguration) {
+	name := r.Name
+	if name == "" {
+		name = "kvnet"
+	}
+	fail := r.FailurePolicy
+	if fail == "" {
+		fail = admissionregv1.Fail
+	}
+	timeout := r.TimeoutSeconds
+	if timeout == 0 {
+		timeout = 10
+	}
+	excluded := r.ExcludedNamespaces
+	if len(excluded) == 0 {
+		excluded = []string{"kube-system"}
+	}
+	nsSel := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
+	}}}
+	client := func(path string) admissionregv1.WebhookClientConfig {
+		return admissionregv1.WebhookClientConfig{
+			Service:  &admissionregv1.ServiceReference{Namespace: r.ServiceNamespace, Name: r.ServiceName, Path: ptr.To(path), Port: ptr.To(r.ServicePort)},
+			CABundle: r.CABundle,
+		}
+	}
+	rule := func(group, resource string, ops ...admissionregv1.OperationType) []admissionregv1.RuleWithOperations {
+		return []admissionregv1.RuleWithOperations{{
+			Operations: ops,
+			Rule: admissionregv1.Rule{
+				APIGroups: []string{group}, APIVersions: []string{"v1"}, Resources: []string{resource},
+				Scope: ptr.To(admissionregv1.NamespacedScope),
+			},
+		}}
+	}
+	none := ptr.To(admissionregv1.SideEffectClassNone)
+	ifNeeded := ptr.To(admissionregv1.IfNeededReinvocationPolicy)
+	create, update := admissionregv1.Create, admissionregv1.Update
+	mutating := &admissionregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregv1.MutatingWebhook{
+			{
+				Name: "virtualmachines.mutate.kvnet.io", ClientConfig: client(PathMutateVM),
+				Rules: rule("kubevirt.io", "virtualmachines", create, update), NamespaceSelector: nsSel,
+				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout, ReinvocationPolicy: ifNeeded,
+				AdmissionReviewVersions: []string{"v1"},
+			},
+			{
+				Name: "virtualmachineinstances.mutate.kvnet.io", ClientConfig: client(PathMutateVMI),
+				Rules: rule("kubevirt.io", "virtualmachineinstances", create), NamespaceSelector: nsSel,
+				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout, ReinvocationPolicy: ifNeeded,
+				AdmissionReviewVersions: []string{"v1"},
+			},
+			{
+				Name: "launcher-pods.mutate.kvnet.io", ClientConfig: client(PathMutateLauncherPods),
+				Rules: rule("", "pods", create, update), NamespaceSelector: nsSel,
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{KubeVirtLabel: LauncherLabelValue}},
+				FailurePolicy:  &fail, SideEffects: ptr.To(admissionregv1.SideEffectClassNoneOnDryRun), TimeoutSeconds: &timeout,
+				ReinvocationPolicy: ifNeeded, AdmissionReviewVersions: []string{"v1"},
+			},
+			{
+				Name: "migration-pods.mutate.kvnet.io", ClientConfig: client(PathMutateMigrationPods),
+				Rules: rule("", "pods", create),
+				// KubeVirt's own pods live in KubeVirt's namespace, which is not excluded.
+				ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: KubeVirtLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{HandlerLabelValue, SyncControllerLabelValue},
+				}}},
+				NamespaceSelector: nsSel,
+				FailurePolicy:     &fail, SideEffects: ptr.To(admissionregv1.SideEffectClassNoneOnDryRun), TimeoutSeconds: &timeout,
+				AdmissionReviewVersions: []string{"v1"},
+			},
+		},
+	}
+	validating := &admissionregv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregv1.ValidatingWebhook{
+			{
+				Name: "virtualmachines.validate.kvnet.io", ClientConfig: client(PathValidateVM),
+				Rules: rule("kubevirt.io", "virtualmachines", create, update), NamespaceSelector: nsSel,
+				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1"},
+			},
+			{
+				Name: "virtualmachineinstances.validate.kvnet.io", ClientConfig: client(PathValidateVMI),
+				Rules: rule("kubevirt.io", "virtualmachineinstances", create), NamespaceSelector: nsSel,
+				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1"},
+			},
+		},
+	}
+	return mutating, validating
+}

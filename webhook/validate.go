@@ -1,0 +1,95 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/lookup"
+)
+
+// VMValidator is the validating webhook for VirtualMachines and
+// VirtualMachineInstances. On UPDATE it ratchets: an error the old object
+// already had does not block the update, so a VM whose NAD was deleted can
+// still be edited (for example to remove that network).
+type VMValidator struct {
+	Kind       string
+	Config     *config.Source
+	Facts      lookup.Facts
+	Validators []chain.Validator
+}
+
+// Handle implements admission.Handler.
+func (h *VMValidator) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+	name := "validate-" + h.Kind
+	start := time.Now()
+	log := logf.FromContext(ctx).WithValues("webhook", name, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error(fmt.Errorf("%v", p), "handler panicked")
+			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("kvnet %s failed unexpectedly; see the kvnet logs for uid %s", name, req.UID))
+		}
+		observe(name, start, resp)
+	}()
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	ctx = logf.IntoContext(ctx, log)
+	_, cr, err := decodeVMish(h.Kind, req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	fillRequest(cr, &req.AdmissionRequest)
+	cr.Config, cr.Facts = h.Config.Get(), h.Facts
+	if reason := chain.SkipReason(cr); reason != "" {
+		return admission.Allowed(reason)
+	}
+	errs, err := chain.RunValidators(ctx, cr, h.Validators)
+	if err != nil {
+		return errorResponse(err, cr.Warnings)
+	}
+	if len(errs) > 0 && req.Operation == admissionv1.Update {
+		errs = h.ratchet(ctx, &req.AdmissionRequest, errs)
+	}
+	if len(errs) > 0 {
+		log.Info("denied", "errors", errs.ToAggregate().Error())
+		return errorResponse(cr.Invalid(errs), cr.Warnings)
+	}
+	resp = admission.Allowed("")
+	resp.Warnings = cr.Warnings
+	return resp
+}
+
+// ratchet drops the errors the old object had too. If the old object cannot
+// be validated, nothing is dropped.
+func (h *VMValidator) ratchet(ctx context.Context, ar *admissionv1.AdmissionRequest, errs field.ErrorList) field.ErrorList {
+	_, old, err := decodeVMish(h.Kind, ar.OldObject.Raw)
+	if err != nil {
+		return errs
+	}
+	fillRequest(old, ar)
+	old.Config, old.Facts = h.Config.Get(), h.Facts
+	oldErrs, err := chain.RunValidators(ctx, old, h.Validators)
+	if err != nil {
+		return errs
+	}
+	seen := map[string]bool{}
+	for _, e := range oldErrs {
+		seen[e.Error()] = true
+	}
+	var out field.ErrorList
+	for _, e := range errs {
+		if !seen[e.Error()] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
