@@ -131,11 +131,11 @@ type InClusterMigration struct {
 // CrossClusterMigration gives the few pods that talk across clusters an address
 // from a short explicit list.
 type CrossClusterMigration struct {
-	NAD              string                `json:"nad"`
-	Interface        string                `json:"interface,omitempty"`
-	Addresses        []string              `json:"addresses"`
-	PodSelector      *metav1.LabelSelector `json:"podSelector,omitempty"`
-	AlsoInCluster    bool                  `json:"alsoInCluster,omitempty"`
+	NAD           string                `json:"nad"`
+	Interface     string                `json:"interface,omitempty"`
+	Addresses     []string              `json:"addresses"`
+	PodSelector   *metav1.LabelSelector `json:"podSelector,omitempty"`
+	AlsoInCluster bool                  `json:"alsoInCluster,omitempty"`
 }
 
 // Pool is a CIDR with optional ranges to use and addresses to skip.

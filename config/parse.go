@@ -129,4 +129,3 @@ func splitPath(path string) []string {
 	}
 	return out
 }
-

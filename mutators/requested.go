@@ -51,7 +51,7 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 		if n.Binding == "" {
 			n.Binding = config.BindingAuto
 		}
-		for _, e := range config.ValidateNetwork(*n, field.NewPath("[" + fmt.Sprint(i) + "]")) {
+		for _, e := range config.ValidateNetwork(*n, field.NewPath("["+fmt.Sprint(i)+"]")) {
 			errs = append(errs, field.Invalid(p, value, e.Error()))
 		}
 		if seen[n.Name] {
