@@ -46,7 +46,8 @@ func NewHandlers(cfg *config.Source, facts lookup.Facts, o HandlerOptions) Handl
 		PathValidateVM:  &VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: validators.Default()},
 		PathValidateVMI: &VMValidator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Validators: validators.Default()},
 	}
-	h[PathMutateLauncherPods] = &PodMutator{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: o.LauncherPodMutators}
+	launcher := append([]chain.PodMutator{mutators.KubeOVNPod{}}, o.LauncherPodMutators...)
+	h[PathMutateLauncherPods] = &PodMutator{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: launcher}
 	h[PathMutateMigrationPods] = &PodMutator{Name: "migration-pods", Config: cfg, Facts: facts, Mutators: o.MigrationPodMutators}
 	return h
 }
