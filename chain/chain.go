@@ -119,16 +119,17 @@ func (r *Request) InterfacePath(i int) *field.Path {
 }
 
 // NAD resolves a multus networkName ("ns/name" or "name") against the
-// request's namespace. It returns nil info for a NAD that does not exist and an
-// error only when the reference is malformed or the lookup failed. Results
-// are memoised for the request.
+// request's namespace. It returns nil info for a NAD that does not exist or a
+// reference that is malformed (the NADs validator reports both to the user),
+// and an error only when the lookup itself failed. Results are memoised for
+// the request.
 func (r *Request) NAD(ctx context.Context, networkName string) (*netattach.Info, error) {
 	if info, ok := r.nads[networkName]; ok {
 		return info, nil
 	}
 	ns, name, err := config.SplitNAD(networkName, r.Namespace)
 	if err != nil {
-		return nil, err
+		return nil, nil
 	}
 	info, err := r.Facts.NAD(ctx, ns, name)
 	if err != nil {
