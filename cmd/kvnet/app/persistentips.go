@@ -1,0 +1,41 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/webhook"
+)
+
+func init() {
+	serveExtensions = append(serveExtensions, persistentIPs)
+}
+
+// persistentIPs adds the IPAMClaim controller and the launcher-pod mutator
+// that references its claims. Both are always wired; the config switch
+// persistentIPs.enabled decides per reconcile and per request, so turning it
+// off takes effect on reload and claims are still released.
+func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, opts *webhook.HandlerOptions, _ *ServeOptions) error {
+	// Start the informers the pod mutator reads with the manager, so the
+	// readiness check waits for them instead of the first pod paying for it.
+	for _, obj := range []client.Object{&kubevirtv1.VirtualMachineInstance{}, &ipamv1alpha1.IPAMClaim{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("starting informer for %T: %w", obj, err)
+		}
+	}
+	r := &persistentips.Reconciler{Facts: facts, Config: cfg, Events: mgr.GetEventRecorder("kvnet-persistentips")}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("persistent IPs controller: %w", err)
+	}
+	opts.LauncherPodMutators = append(opts.LauncherPodMutators, mutators.ClaimRefs{Cache: mgr.GetCache(), API: mgr.GetAPIReader()})
+	return nil
+}

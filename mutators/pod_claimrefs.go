@@ -1,0 +1,208 @@
+package mutators
+
+import (
+	"context"
+	"fmt"
+
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/persistentips"
+)
+
+// DomainAnnotation on a virt-launcher pod names the VMI it runs.
+const DomainAnnotation = "kubevirt.io/domain"
+
+// ClaimRefs adds "ipam-claim-reference" to the virt-launcher pod's Multus
+// selection elements of networks whose NAD allows persistent IPs, naming the
+// IPAMClaim the persistentips controller keeps for the VM. The IPAM plugin
+// then gives the pod the claim's address, so a restarted or migrated VM
+// keeps its IP.
+//
+// It runs on pod CREATE and UPDATE (KubeVirt rewrites the annotation for NIC
+// hotplug) and is idempotent. It reads the VMI and the claims from informer
+// caches; only a VMI the cache does not have yet (the pod can be admitted
+// before the VMI informer catches up) is read from the API server, once,
+// instead of sleeping and retrying.
+//
+// The reference is added by name even when the claim is not in the cache
+// yet: the controller creates it right after the VM, and the IPAM plugin
+// waits for it, whereas a pod created without the reference would lose the
+// persistent IP for its whole life. A claim that exists but is controlled by
+// another object is never referenced.
+//
+// An element that already carries "ips" is left alone with a warning: the
+// user (or another webhook) pinned the address explicitly, and Multus
+// refuses an element with both keys. Refusing the pod instead would make the
+// VM unable to start over a choice that already keeps its IP.
+type ClaimRefs struct {
+	// Cache reads VMIs and IPAMClaims; informer-backed.
+	Cache client.Reader
+	// API reads a VMI the cache does not have yet; uncached.
+	API client.Reader
+}
+
+// Name implements chain.PodMutator.
+func (ClaimRefs) Name() string { return "claim-refs" }
+
+// MutatePod implements chain.PodMutator.
+func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
+	pod := req.Pod
+	if !req.Config.PersistentIPsEnabled() || pod.Annotations[chain.SkipAnnotation] == "true" {
+		return nil
+	}
+	vmiName := pod.Annotations[DomainAnnotation]
+	raw := pod.Annotations[multus.NetworksAnnotation]
+	if vmiName == "" || raw == "" {
+		return nil
+	}
+	elems, err := multus.Parse(raw)
+	if err != nil {
+		// The pod is KubeVirt's; a broken annotation is Multus' to refuse.
+		req.Warn("kvnet cannot read %s, so no IPAMClaim is referenced: %v", multus.NetworksAnnotation, err)
+		return nil
+	}
+	vmi, err := m.vmi(ctx, req.Namespace, vmiName)
+	if err != nil || vmi == nil {
+		return err
+	}
+	owner := persistentips.OwnerOf(vmi)
+	byIface, byOrdinal := interfaceIndex(vmi.Spec.Networks)
+	changed := false
+	for i, e := range elems {
+		net := matchNetwork(req.Namespace, e, vmi.Spec.Networks, byIface, byOrdinal)
+		if net == nil {
+			continue
+		}
+		ok, err := m.reference(ctx, req, owner, e, net)
+		if err != nil {
+			return fmt.Errorf("%s element %d (%s): %w", multus.NetworksAnnotation, i, e.Name(), err)
+		}
+		changed = changed || ok
+	}
+	if !changed {
+		return nil
+	}
+	out, err := multus.Format(elems)
+	if err != nil {
+		return err
+	}
+	pod.Annotations[multus.NetworksAnnotation] = out
+	return nil
+}
+
+// reference sets the claim reference on one element when its network has a
+// claim kvnet may use, and reports whether it changed the element.
+func (m ClaimRefs) reference(ctx context.Context, req *chain.PodRequest, owner persistentips.Owner, e *multus.Element, net *kubevirtv1.Network) (bool, error) {
+	ns, name, err := config.SplitNAD(net.Multus.NetworkName, req.Namespace)
+	if err != nil {
+		return false, nil // the VM validator reports malformed references
+	}
+	info, err := req.Facts.NAD(ctx, ns, name)
+	if err != nil {
+		return false, err
+	}
+	if ok, why := persistentips.Claimable(info); !ok {
+		if why != "" {
+			// A missing NAD only costs its own network the reference.
+			logf.FromContext(ctx).V(1).Info("no IPAMClaim reference", "network", net.Name, "reason", why)
+		}
+		return false, nil
+	}
+	claim := persistentips.ClaimName(owner.Name, net.Name)
+	if cur := e.String(multus.KeyIPAMClaimReference); cur == claim {
+		return false, nil
+	} else if cur != "" {
+		req.Warn("network %s already references IPAMClaim %q; kvnet leaves it instead of %q", net.Name, cur, claim)
+		return false, nil
+	}
+	if e.Has(multus.KeyIPs) {
+		req.Warn("network %s asks for fixed \"ips\"; kvnet does not add ipam-claim-reference %q (Multus refuses both on one element)", net.Name, claim)
+		return false, nil
+	}
+	var c ipamv1alpha1.IPAMClaim
+	switch err := m.Cache.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: claim}, &c); {
+	case apierrors.IsNotFound(err):
+		// Not created yet (or not cached yet): the controller will create it.
+	case err != nil:
+		return false, fmt.Errorf("reading IPAMClaim %s/%s: %w", req.Namespace, claim, err)
+	case !owner.Owns(&c):
+		req.Warn("IPAMClaim %s is controlled by another object; network %s gets no persistent IP", claim, net.Name)
+		return false, nil
+	}
+	e.SetString(multus.KeyIPAMClaimReference, claim)
+	return true, nil
+}
+
+// vmi reads the VMI from the cache, or from the API server when the cache
+// has not seen it yet. A VMI that does not exist means the pod is not a
+// launcher kvnet can help; it is left alone.
+func (m ClaimRefs) vmi(ctx context.Context, namespace, name string) (*kubevirtv1.VirtualMachineInstance, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	err := m.Cache.Get(ctx, key, vmi)
+	if apierrors.IsNotFound(err) && m.API != nil {
+		logf.FromContext(ctx).V(1).Info("VMI not in the cache yet; reading it from the API server", "vmi", name)
+		err = m.API.Get(ctx, key, vmi)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		logf.FromContext(ctx).V(1).Info("launcher pod's VMI does not exist; no IPAMClaim references", "vmi", name)
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", namespace, name, err)
+	}
+	return vmi, nil
+}
+
+// interfaceIndex maps the pod interface names KubeVirt may have used for
+// each secondary Multus network to that network: the hashed name of current
+// KubeVirt, and the ordinal "net1", "net2", ... of older pods.
+func interfaceIndex(nets []kubevirtv1.Network) (byIface, byOrdinal map[string]*kubevirtv1.Network) {
+	byIface, byOrdinal = map[string]*kubevirtv1.Network{}, map[string]*kubevirtv1.Network{}
+	n := 0
+	for i := range nets {
+		net := &nets[i]
+		if net.Multus == nil || net.Multus.Default {
+			continue
+		}
+		n++
+		byIface[persistentips.PodInterfaceName(net.Name)] = net
+		byOrdinal[fmt.Sprintf("net%d", n)] = net
+	}
+	return byIface, byOrdinal
+}
+
+// matchNetwork finds the VMI network a selection element attaches: by its
+// interface name, else (no interface) by the NAD it names when exactly one
+// network attaches that NAD.
+func matchNetwork(podNamespace string, e *multus.Element, nets []kubevirtv1.Network, byIface, byOrdinal map[string]*kubevirtv1.Network) *kubevirtv1.Network {
+	if iface := e.Interface(); iface != "" {
+		if n := byIface[iface]; n != nil {
+			return n
+		}
+		return byOrdinal[iface]
+	}
+	var found *kubevirtv1.Network
+	for i := range nets {
+		n := &nets[i]
+		if n.Multus == nil || n.Multus.Default {
+			continue
+		}
+		ns, name, err := config.SplitNAD(n.Multus.NetworkName, podNamespace)
+		if err != nil || !e.Refers(podNamespace, ns, name) {
+			continue
+		}
+		if found != nil {
+			return nil // ambiguous: two networks on one NAD, and no interface to tell them apart
+		}
+		found = n
+	}
+	return found
+}

@@ -1,0 +1,135 @@
+package persistentips
+
+import (
+	"context"
+	"fmt"
+
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/netattach"
+)
+
+// Owner is the object a VM's claims belong to: the VirtualMachine, or the
+// VirtualMachineInstance when it was created on its own.
+type Owner struct {
+	Kind      string // chain.KindVM or chain.KindVMI
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+// OwnerOf returns the claim owner for a VMI: its controlling VirtualMachine
+// when it has one (then the VM and the VMI share a name), else the VMI.
+func OwnerOf(vmi *kubevirtv1.VirtualMachineInstance) Owner {
+	if ref := metav1.GetControllerOf(vmi); ref != nil && ref.Kind == "VirtualMachine" && ref.APIVersion == kubevirtv1.SchemeGroupVersion.String() {
+		return Owner{Kind: "VirtualMachine", Namespace: vmi.Namespace, Name: ref.Name, UID: ref.UID}
+	}
+	return Owner{Kind: "VirtualMachineInstance", Namespace: vmi.Namespace, Name: vmi.Name, UID: vmi.UID}
+}
+
+// Ref is the controller owner reference a claim of o carries.
+// BlockOwnerDeletion makes a foreground deletion of the VM wait for the claim.
+func (o Owner) Ref() metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         kubevirtv1.SchemeGroupVersion.String(),
+		Kind:               o.Kind,
+		Name:               o.Name,
+		UID:                o.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// Owns reports whether claim is controlled by o: same kind, name and UID.
+// A claim controlled by anything else is never adopted.
+func (o Owner) Owns(claim *ipamv1alpha1.IPAMClaim) bool {
+	ref := metav1.GetControllerOf(claim)
+	return ref != nil && ref.Kind == o.Kind && ref.Name == o.Name && ref.UID == o.UID
+}
+
+// Wanted is one claim a VM should have, with the network it is for.
+type Wanted struct {
+	// Network is the VMI network (spec.networks[].name).
+	Network string
+	// NAD is the resolved NetworkAttachmentDefinition.
+	NAD   *netattach.Info
+	Claim *ipamv1alpha1.IPAMClaim
+}
+
+// Skipped says why a network that might have wanted a claim gets none.
+type Skipped struct {
+	Network string
+	Reason  string
+}
+
+// Claimable reports whether a NAD's IPs can be claimed, and why not.
+func Claimable(info *netattach.Info) (bool, string) {
+	switch {
+	case info == nil:
+		return false, "NetworkAttachmentDefinition not found"
+	case info.ConfigError != nil:
+		return false, info.ConfigError.Error()
+	case !info.AllowPersistentIPs:
+		return false, ""
+	case info.NetworkName == "":
+		return false, fmt.Sprintf("NetworkAttachmentDefinition %s allows persistent IPs but its config has no \"name\" for the claim's spec.network", info.Ref())
+	}
+	return true, ""
+}
+
+// Desired computes the claims owner o needs for the networks of spec: one
+// per secondary Multus network whose NAD allows persistent IPs. It is a
+// pure function of the spec and the NAD facts, shared by the controller and
+// the offline CLI. A missing NAD only skips its own network.
+func Desired(ctx context.Context, o Owner, spec *kubevirtv1.VirtualMachineInstanceSpec, facts lookup.Facts) (want []Wanted, skipped []Skipped, err error) {
+	for _, net := range spec.Networks {
+		if net.Multus == nil || net.Multus.Default {
+			// The pod network and a Multus default network are the pod's
+			// primary interface: not in the selection annotation.
+			continue
+		}
+		ns, name, err := config.SplitNAD(net.Multus.NetworkName, o.Namespace)
+		if err != nil {
+			skipped = append(skipped, Skipped{Network: net.Name, Reason: err.Error()})
+			continue
+		}
+		info, err := facts.NAD(ctx, ns, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		ok, why := Claimable(info)
+		if !ok {
+			if why != "" {
+				skipped = append(skipped, Skipped{Network: net.Name, Reason: why})
+			}
+			continue
+		}
+		want = append(want, Wanted{Network: net.Name, NAD: info, Claim: NewClaim(o, net.Name, info.NetworkName)})
+	}
+	return want, skipped, nil
+}
+
+// NewClaim builds the claim of owner o for one VMI network on the network
+// called networkName in the NAD config.
+func NewClaim(o Owner, network, networkName string) *ipamv1alpha1.IPAMClaim {
+	c := &ipamv1alpha1.IPAMClaim{
+		TypeMeta: metav1.TypeMeta{APIVersion: ipamv1alpha1.SchemeGroupVersion.String(), Kind: "IPAMClaim"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       o.Namespace,
+			Name:            ClaimName(o.Name, network),
+			OwnerReferences: []metav1.OwnerReference{o.Ref()},
+			Finalizers:      []string{Finalizer},
+		},
+		Spec: ipamv1alpha1.IPAMClaimSpec{Network: networkName, Interface: PodInterfaceName(network)},
+	}
+	if v := vmLabelValue(o.Name); v != "" {
+		c.Labels = map[string]string{VMLabel: v}
+	}
+	return c
+}

@@ -1,0 +1,405 @@
+package persistentips
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/lookup"
+)
+
+// KubeVirt's launcher-pod metadata, which tells which VMI a pod runs.
+const (
+	launcherLabel       = "kubevirt.io"
+	launcherValue       = "virt-launcher"
+	createdByLabel      = "kubevirt.io/created-by" // the VMI's UID
+	domainAnnotation    = "kubevirt.io/domain"     // the VMI's name
+	ownerIndex          = "kvnet.io/ipamclaim-controller"
+	kindVM              = "VirtualMachine"
+	kindVMI             = "VirtualMachineInstance"
+	waitForGC           = 10 * time.Second
+	waitForLauncher     = 30 * time.Second
+	eventReasonClaim    = "IPAMClaimCreated"
+	eventReasonConflict = "IPAMClaimConflict"
+)
+
+// Reconciler keeps the IPAMClaims of one VM (or standalone VMI), keyed by
+// namespace/name: VMs and the VMIs they start share the name, so one key
+// covers the VM, its VMI, their launcher pods and their claims.
+type Reconciler struct {
+	// Client writes claims; its reads come from the manager's cache.
+	Client client.Client
+	// Pods lists virt-launcher pods (a cache restricted to them).
+	Pods client.Reader
+	// Facts resolves NADs from the cache, as admission does.
+	Facts  lookup.Facts
+	Config *config.Source
+	// Events records conflicts on the VM; nil records nothing.
+	Events events.EventRecorder
+
+	leaks leakTracker
+}
+
+// SetupWithManager registers the controller (leader-elected, as every
+// controller-runtime controller is by default), the claim owner index, and a
+// cache of virt-launcher pods only, so releasing a standalone VMI's claims can
+// wait for its pod without kvnet caching every pod of the cluster.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &ipamv1alpha1.IPAMClaim{}, ownerIndex, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil && (ref.Kind == kindVM || ref.Kind == kindVMI) {
+			return []string{ref.Kind + "/" + ref.Name}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing IPAMClaims by owner: %w", err)
+	}
+	pods, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: mgr.GetScheme(),
+		Mapper: mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{launcherLabel: launcherValue})},
+		},
+		// Only metadata and phase are read: drop the rest before caching.
+		DefaultTransform: func(in any) (any, error) {
+			if p, ok := in.(*corev1.Pod); ok {
+				p.Spec = corev1.PodSpec{}
+				p.Status = corev1.PodStatus{Phase: p.Status.Phase}
+				p.ManagedFields = nil
+			}
+			return in, nil
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the launcher-pod cache: %w", err)
+	}
+	if err := mgr.Add(pods); err != nil {
+		return err
+	}
+	r.Pods = pods
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("persistentips").
+		For(&kubevirtv1.VirtualMachine{}).
+		Watches(&kubevirtv1.VirtualMachineInstance{}, &handler.EnqueueRequestForObject{}).
+		Watches(&ipamv1alpha1.IPAMClaim{}, handler.EnqueueRequestsFromMapFunc(claimOwner)).
+		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(r.usersOfNAD)).
+		WatchesRawSource(source.Kind(pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(launcherVMI))).
+		Complete(r)
+}
+
+func claimOwner(_ context.Context, o client.Object) []reconcile.Request {
+	if ref := metav1.GetControllerOf(o); ref != nil && (ref.Kind == kindVM || ref.Kind == kindVMI) {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
+	}
+	return nil
+}
+
+func launcherVMI(_ context.Context, p *corev1.Pod) []reconcile.Request {
+	if name := p.Annotations[domainAnnotation]; name != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: name}}}
+	}
+	return nil
+}
+
+// usersOfNAD enqueues every VM and VMI that attaches a NAD, so a VM created
+// before its NAD (or before the NAD allowed persistent IPs) gets its claim
+// when the NAD arrives. NAD changes are rare; listing from the cache is cheap.
+func (r *Reconciler) usersOfNAD(ctx context.Context, o client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	uses := func(ns string, nets []kubevirtv1.Network) bool {
+		for _, n := range nets {
+			if n.Multus == nil {
+				continue
+			}
+			if nns, name, err := config.SplitNAD(n.Multus.NetworkName, ns); err == nil && nns == o.GetNamespace() && name == o.GetName() {
+				return true
+			}
+		}
+		return false
+	}
+	var vms kubevirtv1.VirtualMachineList
+	if err := r.Client.List(ctx, &vms); err == nil {
+		for _, vm := range vms.Items {
+			if vm.Spec.Template != nil && uses(vm.Namespace, vm.Spec.Template.Spec.Networks) {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vm.Namespace, Name: vm.Name}})
+			}
+		}
+	}
+	var vmis kubevirtv1.VirtualMachineInstanceList
+	if err := r.Client.List(ctx, &vmis); err == nil {
+		for _, vmi := range vmis.Items {
+			if uses(vmi.Namespace, vmi.Spec.Networks) {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
+			}
+		}
+	}
+	return out
+}
+
+// Reconcile first releases claims whose owner is going or gone, then ensures
+// the claims the live owner needs. Releasing runs even when the feature is
+// turned off, so that turning it off never leaves claims stuck on a
+// finalizer nobody removes.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := logf.FromContext(ctx)
+	vm := &kubevirtv1.VirtualMachine{}
+	if err := r.Client.Get(ctx, req.NamespacedName, vm); apierrors.IsNotFound(err) {
+		vm = nil
+	} else if err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading VirtualMachine %s: %w", req, err)
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	if err := r.Client.Get(ctx, req.NamespacedName, vmi); apierrors.IsNotFound(err) {
+		vmi = nil
+	} else if err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading VirtualMachineInstance %s: %w", req, err)
+	}
+	var result reconcile.Result
+	later := func(d time.Duration) {
+		if result.RequeueAfter == 0 || d < result.RequeueAfter {
+			result.RequeueAfter = d
+		}
+	}
+
+	claims, err := r.claimsOf(ctx, req.Namespace, req.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for i := range claims {
+		c := &claims[i]
+		if !controllerutil.ContainsFinalizer(c, Finalizer) {
+			continue
+		}
+		ref := metav1.GetControllerOf(c)
+		switch ref.Kind {
+		case kindVM:
+			if vm != nil && vm.UID == ref.UID && vm.DeletionTimestamp == nil {
+				continue
+			}
+			if err := r.release(ctx, c, ReasonVMDeleted); err != nil {
+				return reconcile.Result{}, err
+			}
+		case kindVMI:
+			if vmi != nil && vmi.UID == ref.UID {
+				continue // a standalone VMI keeps its IP until it is gone
+			}
+			active, err := r.launcherActive(ctx, req.Namespace, ref.UID)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if active {
+				log.V(1).Info("standalone VMI is gone but its launcher pod is still active; keeping the claim", "claim", c.Name)
+				later(waitForLauncher) // pod events requeue sooner; this is a safety net
+				continue
+			}
+			if err := r.release(ctx, c, ReasonVMIGone); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+	}
+
+	cfg := r.Config.Get()
+	var owner Owner
+	var ownerObj client.Object
+	var spec *kubevirtv1.VirtualMachineInstanceSpec
+	switch {
+	case vm != nil:
+		if vm.DeletionTimestamp == nil && vm.Spec.Template != nil {
+			owner, ownerObj, spec = Owner{Kind: kindVM, Namespace: vm.Namespace, Name: vm.Name, UID: vm.UID}, vm, &vm.Spec.Template.Spec
+		}
+	case vmi != nil:
+		if o := OwnerOf(vmi); o.Kind == kindVMI && vmi.DeletionTimestamp == nil {
+			owner, ownerObj, spec = o, vmi, &vmi.Spec
+		}
+	}
+	key := req.String()
+	if spec == nil || !cfg.PersistentIPsEnabled() || cfg.Excluded(req.Namespace) {
+		r.leaks.set(key, 0)
+		return result, nil
+	}
+	want, skipped, err := Desired(ctx, owner, spec, r.Facts)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, s := range skipped {
+		log.V(1).Info("network gets no IPAMClaim", "network", s.Network, "reason", s.Reason)
+	}
+	wanted := map[string]bool{}
+	for _, w := range want {
+		wanted[w.Claim.Name] = true
+		d, err := r.ensure(ctx, ownerObj, owner, w)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if d > 0 {
+			later(d)
+		}
+	}
+	unused := 0
+	for i := range claims {
+		if owner.Owns(&claims[i]) && claims[i].DeletionTimestamp == nil && !wanted[claims[i].Name] {
+			unused++
+		}
+	}
+	r.leaks.set(key, unused)
+	return result, nil
+}
+
+// claimsOf lists the claims controlled by a VM or VMI called name.
+func (r *Reconciler) claimsOf(ctx context.Context, namespace, name string) ([]ipamv1alpha1.IPAMClaim, error) {
+	var out []ipamv1alpha1.IPAMClaim
+	for _, kind := range []string{kindVM, kindVMI} {
+		var list ipamv1alpha1.IPAMClaimList
+		if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{ownerIndex: kind + "/" + name}); err != nil {
+			return nil, fmt.Errorf("listing IPAMClaims of %s %s/%s: %w", kind, namespace, name, err)
+		}
+		out = append(out, list.Items...)
+	}
+	return out, nil
+}
+
+// ensure makes one wanted claim exist and carry kvnet's finalizer and label.
+// It returns a delay when it must look again later.
+func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner, w Wanted) (time.Duration, error) {
+	log := logf.FromContext(ctx).WithValues("claim", w.Claim.Name, "network", w.Network)
+	var cur ipamv1alpha1.IPAMClaim
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(w.Claim), &cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		c := w.Claim.DeepCopy()
+		if err := r.Client.Create(ctx, c); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return time.Second, nil // the cache is behind; look again
+			}
+			return 0, fmt.Errorf("creating IPAMClaim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		claimsCreated.Inc()
+		log.Info("created IPAMClaim", "owner", o.Kind+"/"+o.Name, "spec.network", c.Spec.Network, "spec.interface", c.Spec.Interface)
+		r.event(ownerObj, c, corev1.EventTypeNormal, eventReasonClaim, "Create",
+			"IPAMClaim %s keeps the IP of network %s across restarts and migrations", c.Name, w.Network)
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("reading IPAMClaim %s/%s: %w", w.Claim.Namespace, w.Claim.Name, err)
+	}
+	if o.Owns(&cur) {
+		if cur.DeletionTimestamp != nil {
+			// Someone deleted a claim its VM still uses; the finalizer keeps it
+			// (and the IP) until the VM goes.
+			return 0, nil
+		}
+		base := cur.DeepCopy()
+		changed := controllerutil.AddFinalizer(&cur, Finalizer)
+		if v := vmLabelValue(o.Name); v != "" && cur.Labels[VMLabel] != v {
+			if cur.Labels == nil {
+				cur.Labels = map[string]string{}
+			}
+			cur.Labels[VMLabel] = v
+			changed = true
+		}
+		if !changed {
+			return 0, nil
+		}
+		if err := r.Client.Patch(ctx, &cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return 0, fmt.Errorf("adding kvnet's finalizer to IPAMClaim %s/%s: %w", cur.Namespace, cur.Name, err)
+		}
+		return 0, nil
+	}
+	if ref := metav1.GetControllerOf(&cur); ref != nil && ref.Kind == o.Kind && ref.Name == o.Name {
+		// The claim of an earlier VM with the same name: released above, it
+		// waits for the garbage collector. The new VM's claim comes after.
+		log.V(1).Info("waiting for the claim of a previous object with the same name to be garbage-collected", "previousUID", ref.UID)
+		return waitForGC, nil
+	}
+	return 0, r.conflict(ctx, ownerObj, o, w, &cur)
+}
+
+// conflict reports a claim kvnet wanted but another object controls: an
+// event on the VM, where its owner looks, and a condition on the claim,
+// where the claim's owner looks. kvnet never adopts it, and the pod mutator
+// does not reference it.
+func (r *Reconciler) conflict(ctx context.Context, ownerObj client.Object, o Owner, w Wanted, cur *ipamv1alpha1.IPAMClaim) error {
+	holder := "no controlling owner"
+	reason := "NoController"
+	if ref := metav1.GetControllerOf(cur); ref != nil {
+		holder = fmt.Sprintf("controlled by %s %s", ref.Kind, ref.Name)
+		reason = "ControlledByAnotherObject"
+	}
+	msg := fmt.Sprintf("kvnet did not adopt this claim for %s %s network %s: it has %s", o.Kind, o.Name, w.Network, holder)
+	base := cur.DeepCopy()
+	if !meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
+		Type: ConflictCondition, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: cur.Generation,
+	}) {
+		return nil // already reported
+	}
+	claimConflicts.Inc()
+	logf.FromContext(ctx).Info("IPAMClaim has another owner; not adopting it", "claim", cur.Name, "network", w.Network, "holder", holder)
+	r.event(ownerObj, cur, corev1.EventTypeWarning, eventReasonConflict, "Adopt",
+		"IPAMClaim %s exists with %s; kvnet does not adopt it, so network %s gets no persistent IP", cur.Name, holder, w.Network)
+	if cur.Status.IPs == nil {
+		cur.Status.IPs = []string{} // required by the CRD schema
+	}
+	if err := r.Client.Status().Patch(ctx, cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("setting condition %s on IPAMClaim %s/%s: %w", ConflictCondition, cur.Namespace, cur.Name, err)
+	}
+	return nil
+}
+
+// release removes kvnet's finalizer; the API server's garbage collector then
+// deletes the claim, whose owner is gone or going.
+func (r *Reconciler) release(ctx context.Context, c *ipamv1alpha1.IPAMClaim, reason string) error {
+	base := c.DeepCopy()
+	controllerutil.RemoveFinalizer(c, Finalizer)
+	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing kvnet's finalizer from IPAMClaim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	claimsReleased.WithLabelValues(reason).Inc()
+	logf.FromContext(ctx).Info("released IPAMClaim", "claim", c.Name, "reason", reason)
+	return nil
+}
+
+// launcherActive reports whether a virt-launcher pod of the VMI with uid has
+// not finished: its IP is in use until it has.
+func (r *Reconciler) launcherActive(ctx context.Context, namespace string, uid types.UID) (bool, error) {
+	var pods corev1.PodList
+	if err := r.Pods.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{createdByLabel: string(uid)}); err != nil {
+		return false, fmt.Errorf("listing virt-launcher pods of VMI %s in %s: %w", uid, namespace, err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (r *Reconciler) event(regarding, related client.Object, typ, reason, action, note string, args ...any) {
+	if r.Events != nil {
+		r.Events.Eventf(regarding, related, typ, reason, action, note, args...)
+	}
+}

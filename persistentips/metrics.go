@@ -1,0 +1,60 @@
+package persistentips
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Release reasons, the values of the released counter's reason label.
+const (
+	ReasonVMDeleted = "vm-deleted"
+	ReasonVMIGone   = "vmi-gone"
+)
+
+var (
+	claimsCreated = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvnet_persistentips_claims_created_total",
+		Help: "IPAMClaims kvnet created for VM networks whose NAD allows persistent IPs.",
+	})
+	claimsReleased = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_persistentips_claims_released_total",
+		Help: "IPAMClaims whose kvnet finalizer was removed, by reason (vm-deleted, vmi-gone).",
+	}, []string{"reason"})
+	claimsLeaked = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvnet_persistentips_claims_leaked",
+		Help: "IPAMClaims kvnet holds for a live VM that no network of the VM uses any more (network removed, or its NAD no longer allows persistent IPs): their IPs stay reserved until the VM is deleted.",
+	})
+	claimConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvnet_persistentips_claim_conflicts_total",
+		Help: "Times kvnet found the IPAMClaim it wanted already controlled by another object and did not adopt it.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimsLeaked, claimConflicts)
+}
+
+// leakTracker sums, over all owners, the claims that are held but unused,
+// so the gauge is right however reconciles interleave.
+type leakTracker struct {
+	mu     sync.Mutex
+	counts map[string]int
+	total  int
+}
+
+func (l *leakTracker) set(owner string, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts == nil {
+		l.counts = map[string]int{}
+	}
+	l.total += n - l.counts[owner]
+	if n == 0 {
+		delete(l.counts, owner)
+	} else {
+		l.counts[owner] = n
+	}
+	claimsLeaked.Set(float64(l.total))
+}
