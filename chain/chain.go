@@ -186,6 +186,10 @@ type Validator interface {
 // SkipReason says why kvnet leaves this object alone, or "" when it does not.
 func SkipReason(req *Request) string {
 	switch {
+	case req.Meta.DeletionTimestamp != nil:
+		// Updates of a terminating object remove finalizers; refusing or
+		// growing them could leave the VM stuck in Terminating.
+		return "object is being deleted"
 	case req.Config.Excluded(req.Namespace):
 		return "namespace is excluded by config"
 	case req.Meta.Annotations[SkipAnnotation] == "true":

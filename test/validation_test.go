@@ -96,3 +96,41 @@ spec:
 	err := env.Client.Update(context.Background(), vm)
 	hasCause(t, err, "spec.template.spec.networks[1].multus.networkName", "Not found")
 }
+
+// A terminating VM whose finalizer is being removed is never refused, even
+// when it would no longer validate: otherwise it stays Terminating forever.
+func TestTerminatingVMNotBlocked(t *testing.T) {
+	ns := newNamespace(t, nil)
+	nad := createNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
+	vm, err := createVM(t, env.Client, ns, `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: app, finalizers: [kubevirt.io/virtualMachineControllerFinalize]}
+spec:
+  template:
+    spec:
+      domain:
+        devices:
+          interfaces: [{name: a, bridge: {}}]
+        resources: {requests: {memory: 1Gi}}
+      networks: [{name: a, multus: {networkName: blue}}]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(context.Background(), nad); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, nad)
+	if err := env.Client.Delete(context.Background(), vm); err != nil {
+		t.Fatal(err)
+	}
+	// virt-controller's finalizer removal, with a new mistake in the same
+	// write to prove validation is not consulted for a terminating object.
+	vm = getVM(t, ns, "app")
+	vm.Finalizers = nil
+	vm.Spec.Template.Spec.Networks[0].Multus.NetworkName = "still-missing"
+	if err := env.Client.Update(context.Background(), vm); err != nil {
+		t.Fatalf("finalizer removal of a terminating VM was refused: %v", err)
+	}
+}
