@@ -3,6 +3,7 @@ package mutators
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -28,6 +29,9 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 		if err := dec.Decode(&nets); err != nil {
 			return nil, field.ErrorList{field.Invalid(p, value, "not a JSON list of {name, nad, binding, defaultRoute}: "+err.Error())}
 		}
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, field.ErrorList{field.Invalid(p, value, "unexpected data after the JSON list")}
+		}
 	} else {
 		for i, item := range strings.Split(s, ",") {
 			ns, name, iface, err := multus.ParseShort(item)
@@ -46,6 +50,7 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 	}
 	var errs field.ErrorList
 	seen := map[string]bool{}
+	defaultRoute := ""
 	for i := range nets {
 		n := &nets[i]
 		if n.Binding == "" {
@@ -58,6 +63,12 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 			errs = append(errs, field.Invalid(p, value, fmt.Sprintf("network %q is requested twice", n.Name)))
 		}
 		seen[n.Name] = true
+		if n.DefaultRoute {
+			if defaultRoute != "" {
+				errs = append(errs, field.Invalid(p, value, fmt.Sprintf("only one network may carry the default route; %q and %q both ask for it", defaultRoute, n.Name)))
+			}
+			defaultRoute = n.Name
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
