@@ -169,7 +169,9 @@ func (r *Request) Interface(name string) (int, *kubevirtv1.Interface) {
 }
 
 // Mutator changes a VM or VMI in place. It must be idempotent: running it on
-// its own output changes nothing.
+// its own output changes nothing. A mutator that changes the object must say
+// so with Request.Record: the webhook computes a patch only for requests
+// with recorded changes.
 type Mutator interface {
 	Name() string
 	Mutate(ctx context.Context, req *Request) error

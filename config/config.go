@@ -113,32 +113,53 @@ type PersistentIPs struct {
 	Enabled *bool `json:"enabled,omitempty"`
 }
 
-// Migration is filled in by the migration-network capability.
+// Migration gives KubeVirt's migration pods static addresses on Multus
+// networks that have no DHCP: virt-handler on the in-cluster network, the
+// synchronization controllers (cross-cluster live migration) on a short list.
+// Defaults and validation live in migration.go.
 type Migration struct {
 	InCluster    *InClusterMigration    `json:"inCluster,omitempty"`
 	CrossCluster *CrossClusterMigration `json:"crossCluster,omitempty"`
+	// ReservationTimeout is how long an address handed out at admission waits
+	// for its pod to appear before it is released (default 2m). It must exceed
+	// the API server's request timeout (60s by default), or an address could
+	// be released while the create that carries it is still in flight.
+	ReservationTimeout *metav1.Duration `json:"reservationTimeout,omitempty"`
 }
 
 // InClusterMigration gives each virt-handler pod a static address on the
-// in-cluster migration network.
+// in-cluster migration network, the same one whenever it returns to a node.
 type InClusterMigration struct {
-	NAD         string                `json:"nad"`
-	Interface   string                `json:"interface,omitempty"`
-	Pool        Pool                  `json:"pool"`
+	// NAD is the migration network, "ns/name" (KubeVirt's migrations.network).
+	NAD string `json:"nad"`
+	// Interface is the pod interface name; default migration0, which virt-handler reads.
+	Interface string `json:"interface,omitempty"`
+	// Pool is where the addresses come from.
+	Pool Pool `json:"pool"`
+	// PodSelector picks the pods; default kubevirt.io=virt-handler.
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 }
 
-// CrossClusterMigration gives the few pods that talk across clusters an address
-// from a short explicit list.
+// CrossClusterMigration gives the few pods that talk across clusters (the
+// synchronization controllers or migration proxies) an address from a short
+// explicit list, so a cross-cluster network needs only a handful of addresses.
 type CrossClusterMigration struct {
-	NAD           string                `json:"nad"`
-	Interface     string                `json:"interface,omitempty"`
-	Addresses     []string              `json:"addresses"`
-	PodSelector   *metav1.LabelSelector `json:"podSelector,omitempty"`
-	AlsoInCluster bool                  `json:"alsoInCluster,omitempty"`
+	// NAD is the cross-cluster network, "ns/name".
+	NAD string `json:"nad"`
+	// Interface is the pod interface name; default crosscluster0.
+	Interface string `json:"interface,omitempty"`
+	// Addresses are "address/prefix" entries; keep one more than the holder
+	// replicas so a rolling update can surge.
+	Addresses []string `json:"addresses"`
+	// PodSelector picks the holders; default kubevirt.io=virt-synchronization-controller.
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+	// AlsoInCluster gives the holders an in-cluster address as well.
+	AlsoInCluster bool `json:"alsoInCluster,omitempty"`
 }
 
-// Pool is a CIDR with optional ranges to use and addresses to skip.
+// Pool is a CIDR narrowed by optional ranges (default: the whole CIDR minus
+// the network, broadcast or anycast address) and exclusions. Range and
+// exclusion entries are an address, a CIDR or "first-last".
 type Pool struct {
 	CIDR    string   `json:"cidr"`
 	Ranges  []string `json:"ranges,omitempty"`
@@ -192,6 +213,7 @@ func (c Config) Default(ownNamespace string) Config {
 		rules[i] = r
 	}
 	c.NetworkRules = rules
+	c.Migration = defaultMigration(c.Migration)
 	return c
 }
 

@@ -1,26 +1,196 @@
 package config
 
-import "k8s.io/apimachinery/pkg/util/validation/field"
+import (
+	"fmt"
+	"strings"
+	"time"
 
-// validateMigration checks the migration section. The migration-network
-// capability owns this file.
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kvnet/kvnet/migration/ippool"
+)
+
+// Migration defaults. virt-handler looks for its migration address on
+// migration0; crosscluster0 is the name VEP 191 proposes for the proxies.
+const (
+	DefaultMigrationInterface    = "migration0"
+	DefaultCrossClusterInterface = "crosscluster0"
+	DefaultReservationTimeout    = 2 * time.Minute
+)
+
+// Default selectors: the labels KubeVirt puts on its pods.
+var (
+	DefaultInClusterSelector    = &metav1.LabelSelector{MatchLabels: map[string]string{"kubevirt.io": "virt-handler"}}
+	DefaultCrossClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubevirt.io": "virt-synchronization-controller"}}
+)
+
+func defaultMigration(m Migration) Migration {
+	if ic := m.InCluster; ic != nil {
+		c := *ic
+		if c.Interface == "" {
+			c.Interface = DefaultMigrationInterface
+		}
+		if c.PodSelector == nil {
+			c.PodSelector = DefaultInClusterSelector
+		}
+		m.InCluster = &c
+	}
+	if cc := m.CrossCluster; cc != nil {
+		c := *cc
+		if c.Interface == "" {
+			c.Interface = DefaultCrossClusterInterface
+		}
+		if c.PodSelector == nil {
+			c.PodSelector = DefaultCrossClusterSelector
+		}
+		m.CrossCluster = &c
+	}
+	if m.ReservationTimeout == nil {
+		m.ReservationTimeout = &metav1.Duration{Duration: DefaultReservationTimeout}
+	}
+	return m
+}
+
+// Enabled reports whether any migration network is configured.
+func (m *Migration) Enabled() bool { return m.InCluster != nil || m.CrossCluster != nil }
+
+// Timeout is ReservationTimeout with its default.
+func (m *Migration) Timeout() time.Duration {
+	if m.ReservationTimeout == nil || m.ReservationTimeout.Duration <= 0 {
+		return DefaultReservationTimeout
+	}
+	return m.ReservationTimeout.Duration
+}
+
+// Selects reports whether the in-cluster network applies to a pod with these labels.
+func (ic *InClusterMigration) Selects(podLabels map[string]string) bool {
+	return selects(ic.PodSelector, DefaultInClusterSelector, podLabels)
+}
+
+// Selects reports whether a pod with these labels is a cross-cluster holder.
+func (cc *CrossClusterMigration) Selects(podLabels map[string]string) bool {
+	return selects(cc.PodSelector, DefaultCrossClusterSelector, podLabels)
+}
+
+// AddressPool parses the in-cluster pool. Validate has checked it, so an
+// error here means the config bypassed Parse.
+func (ic *InClusterMigration) AddressPool() (*ippool.Pool, error) {
+	return ippool.New(ic.Pool.CIDR, ic.Pool.Ranges, ic.Pool.Exclude)
+}
+
+// AddressPool parses the cross-cluster list.
+func (cc *CrossClusterMigration) AddressPool() (*ippool.Pool, error) {
+	return ippool.FromList(cc.Addresses)
+}
+
+func selects(s, def *metav1.LabelSelector, set map[string]string) bool {
+	if s == nil {
+		s = def
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		return false // Validate rejects such selectors.
+	}
+	return sel.Matches(labels.Set(set))
+}
+
+// validateMigration checks the migration section on its own; the checks that
+// need the cluster (NADs exist, holder replicas) are in package migration.
 func validateMigration(m *Migration, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	var icPool, ccPool *ippool.Pool
 	if ic := m.InCluster; ic != nil {
-		if ic.NAD == "" {
-			errs = append(errs, field.Required(p.Child("inCluster", "nad"), "the NAD of the in-cluster migration network"))
-		}
+		ip := p.Child("inCluster")
+		errs = append(errs, validateMigrationNAD(ic.NAD, ip.Child("nad"))...)
+		errs = append(errs, validateIfName(ic.Interface, ip.Child("interface"))...)
+		errs = append(errs, validateSelector(ic.PodSelector, ip.Child("podSelector"))...)
+		pp := ip.Child("pool")
 		if ic.Pool.CIDR == "" {
-			errs = append(errs, field.Required(p.Child("inCluster", "pool", "cidr"), "the subnet the addresses come from"))
+			errs = append(errs, field.Required(pp.Child("cidr"), "the subnet the addresses come from"))
+		} else if pool, err := ic.AddressPool(); err != nil {
+			errs = append(errs, poolError(pp, err))
+		} else if pool.Size().Sign() == 0 {
+			errs = append(errs, field.Invalid(pp, ic.Pool.CIDR, "the ranges minus the exclusions leave no address"))
+		} else {
+			icPool = pool
 		}
 	}
 	if cc := m.CrossCluster; cc != nil {
-		if cc.NAD == "" {
-			errs = append(errs, field.Required(p.Child("crossCluster", "nad"), "the NAD of the cross-cluster migration network"))
-		}
+		cp := p.Child("crossCluster")
+		errs = append(errs, validateMigrationNAD(cc.NAD, cp.Child("nad"))...)
+		errs = append(errs, validateIfName(cc.Interface, cp.Child("interface"))...)
+		errs = append(errs, validateSelector(cc.PodSelector, cp.Child("podSelector"))...)
 		if len(cc.Addresses) == 0 {
-			errs = append(errs, field.Required(p.Child("crossCluster", "addresses"), "the addresses the cross-cluster holders share"))
+			errs = append(errs, field.Required(cp.Child("addresses"), "the addresses the cross-cluster holders share"))
+		} else if pool, err := cc.AddressPool(); err != nil {
+			errs = append(errs, poolError(cp, err))
+		} else {
+			ccPool = pool
+		}
+		if cc.AlsoInCluster && m.InCluster == nil {
+			errs = append(errs, field.Invalid(cp.Child("alsoInCluster"), true, "needs migration.inCluster"))
+		}
+		if ic := m.InCluster; ic != nil && ic.NAD == cc.NAD && ifName(ic.Interface, DefaultMigrationInterface) == ifName(cc.Interface, DefaultCrossClusterInterface) {
+			errs = append(errs, field.Invalid(cp.Child("interface"), cc.Interface, "the in-cluster network uses the same NAD and interface"))
 		}
 	}
+	if icPool != nil && ccPool != nil {
+		if a, ok := icPool.Overlaps(ccPool); ok {
+			errs = append(errs, field.Invalid(p.Child("crossCluster", "addresses"), a.String(), fmt.Sprintf("is also in the in-cluster pool %s; the pools must not overlap", icPool)))
+		}
+	}
+	if t := m.ReservationTimeout; t != nil && t.Duration <= 0 {
+		errs = append(errs, field.Invalid(p.Child("reservationTimeout"), t.Duration.String(), "must be positive; keep it above the API server's request timeout (60s)"))
+	}
 	return errs
+}
+
+func ifName(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func validateMigrationNAD(nad string, p *field.Path) field.ErrorList {
+	if nad == "" {
+		return field.ErrorList{field.Required(p, `the NetworkAttachmentDefinition, "namespace/name"`)}
+	}
+	if !strings.Contains(nad, "/") {
+		return field.ErrorList{field.Invalid(p, nad, `want "namespace/name": name the namespace of the NAD (normally KubeVirt's)`)}
+	}
+	if _, _, err := SplitNAD(nad, ""); err != nil {
+		return field.ErrorList{field.Invalid(p, nad, err.Error())}
+	}
+	return nil
+}
+
+// validateIfName checks a Linux interface name: at most 15 bytes, no '/',
+// ':' or whitespace.
+func validateIfName(s string, p *field.Path) field.ErrorList {
+	if s == "" {
+		return nil
+	}
+	if len(s) > 15 {
+		return field.ErrorList{field.TooLong(p, s, 15)}
+	}
+	for _, r := range s {
+		if r == '/' || r == ':' || r <= ' ' || r > '~' {
+			return field.ErrorList{field.Invalid(p, s, "not a Linux interface name")}
+		}
+	}
+	return nil
+}
+
+func poolError(p *field.Path, err error) *field.Error {
+	if fe, ok := err.(*ippool.FieldError); ok {
+		fp := p.Child(fe.Field)
+		if fe.Index >= 0 {
+			fp = fp.Index(fe.Index)
+		}
+		return field.Invalid(fp, fe.Value, fe.Msg)
+	}
+	return field.Invalid(p, "", err.Error())
 }

@@ -13,6 +13,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"gomodules.xyz/jsonpatch/v2"
+
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
@@ -59,28 +61,44 @@ func (h *VMMutator) Handle(ctx context.Context, req admission.Request) (resp adm
 	if h.Kind == chain.KindVMI && ownedByVM(cr.Meta) {
 		return admission.Allowed("spec comes from a VirtualMachine kvnet already mutated")
 	}
-	before, err := json.Marshal(obj)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding %s: %w", h.Kind, err))
-	}
 	ctx = logf.IntoContext(ctx, log)
 	if err := chain.RunMutators(ctx, cr, h.Mutators); err != nil {
 		return errorResponse(err, cr.Warnings)
 	}
-	after, err := json.Marshal(obj)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding mutated %s: %w", h.Kind, err))
+	if len(cr.Changes) == 0 {
+		// Most requests (KubeVirt's own updates, VMs already mutated) end
+		// here, having paid for one decode and no encoding or diff.
+		resp = admission.Allowed("")
+		resp.Warnings = cr.Warnings
+		return resp
 	}
-	ops, err := patch.Compute(req.Object.Raw, before, after)
+	ops, err := h.diff(req.Object.Raw, obj)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if len(cr.Changes) > 0 {
-		log.Info("mutated", "changes", cr.Changes)
-	}
+	log.Info("mutated", "changes", cr.Changes)
 	resp = admission.Patched("", ops...)
 	resp.Warnings = cr.Warnings
 	return resp
+}
+
+// diff encodes the original (decoded again from raw: cheaper than a deep copy
+// taken up front for the requests that change nothing) and the mutated object,
+// and returns the one patch between them.
+func (h *VMMutator) diff(raw []byte, mutated any) ([]jsonpatch.Operation, error) {
+	orig, _, err := decodeVMish(h.Kind, raw)
+	if err != nil {
+		return nil, err
+	}
+	before, err := json.Marshal(orig)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", h.Kind, err)
+	}
+	after, err := json.Marshal(mutated)
+	if err != nil {
+		return nil, fmt.Errorf("encoding mutated %s: %w", h.Kind, err)
+	}
+	return patch.Compute(raw, before, after)
 }
 
 // errorResponse tells a user's mistake (an API status error such as Invalid)

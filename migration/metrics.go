@@ -1,0 +1,104 @@
+package migration
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/config"
+)
+
+var (
+	denials = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_migration_denials_total",
+		Help: "Migration pods denied, by pool and reason (exhausted, nad-missing, bad-annotation).",
+	}, []string{"pool", "reason"})
+	releases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_migration_releases_total",
+		Help: "Allocations released by the controller, by pool and reason (pod-gone, reservation-expired, node-gone, surplus, outside-pool).",
+	}, []string{"pool", "reason"})
+
+	configProblems = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvnet_migration_config_problems",
+		Help: "Errors found the last time the migration config was checked against the cluster (missing NADs, too few cross-cluster addresses).",
+	})
+
+	poolSize    = prometheus.NewDesc("kvnet_migration_pool_size", "Addresses in the configured pool.", []string{"pool"}, nil)
+	poolUsed    = prometheus.NewDesc("kvnet_migration_pool_used", "Addresses with an allocation (bound, reserved or idle for a node).", []string{"pool"}, nil)
+	poolPending = prometheus.NewDesc("kvnet_migration_reservations_pending", "Allocations reserved at admission whose pod has not been seen yet.", []string{"pool"}, nil)
+	poolIdle    = prometheus.NewDesc("kvnet_migration_pool_idle", "In-cluster addresses kept for a node whose virt-handler is away.", []string{"pool"}, nil)
+)
+
+// gauges computes the pool gauges at scrape time from the allocation cache
+// of the capability that started last, so they are never stale and need no
+// bookkeeping on every write.
+type gauges struct{ cur atomic.Pointer[gaugeSource] }
+
+type gaugeSource struct {
+	reader    client.Reader
+	namespace string
+	config    *config.Source
+}
+
+var poolGauges = &gauges{}
+
+func init() {
+	metrics.Registry.MustRegister(denials, releases, configProblems, poolGauges)
+}
+
+func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolSize
+	ch <- poolUsed
+	ch <- poolPending
+	ch <- poolIdle
+}
+
+func (g *gauges) Collect(ch chan<- prometheus.Metric) {
+	src := g.cur.Load()
+	if src == nil {
+		return
+	}
+	cfg := src.config.Get()
+	if cfg == nil {
+		return
+	}
+	m := &cfg.Migration
+	if m.InCluster != nil {
+		if n, err := inClusterNetwork(m); err == nil {
+			ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, n.Pool.Pool.SizeFloat(), PoolInCluster)
+		}
+	}
+	if m.CrossCluster != nil {
+		if n, err := crossClusterNetwork(m); err == nil {
+			ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, n.Pool.Pool.SizeFloat(), PoolCrossCluster)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	all, err := listAllocations(ctx, src.reader, src.namespace, "", nil)
+	if err != nil {
+		return
+	}
+	for _, pool := range []string{PoolInCluster, PoolCrossCluster} {
+		var used, pending, idle float64
+		for _, a := range all {
+			if a.Pool != pool {
+				continue
+			}
+			used++
+			switch a.State {
+			case StateReserved:
+				pending++
+			case StateIdle:
+				idle++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(poolUsed, prometheus.GaugeValue, used, pool)
+		ch <- prometheus.MustNewConstMetric(poolPending, prometheus.GaugeValue, pending, pool)
+		ch <- prometheus.MustNewConstMetric(poolIdle, prometheus.GaugeValue, idle, pool)
+	}
+}

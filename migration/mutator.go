@@ -1,0 +1,306 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/multus"
+)
+
+// MutatorName names the pod mutator in metrics and errors.
+const MutatorName = "migration-addresses"
+
+// Network is one migration network a pod gets, resolved from config.
+type Network struct {
+	Pool         PoolSpec
+	NADNamespace string
+	NADName      string
+	Interface    string
+	// NADField is the config path of the NAD, for messages.
+	NADField string
+}
+
+// Networks returns the migration networks a pod with these labels gets: a
+// cross-cluster holder gets the cross-cluster network (and the in-cluster
+// one with alsoInCluster), any other selected pod the in-cluster network.
+func Networks(m *config.Migration, podLabels map[string]string) ([]Network, error) {
+	var out []Network
+	addIC := false
+	if cc := m.CrossCluster; cc != nil && cc.Selects(podLabels) {
+		n, err := crossClusterNetwork(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+		addIC = cc.AlsoInCluster
+	} else if ic := m.InCluster; ic != nil && ic.Selects(podLabels) {
+		addIC = true
+	}
+	if addIC && m.InCluster != nil {
+		n, err := inClusterNetwork(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append([]Network{n}, out...)
+	}
+	return out, nil
+}
+
+func inClusterNetwork(m *config.Migration) (Network, error) {
+	ic := m.InCluster
+	pool, err := ic.AddressPool()
+	if err != nil {
+		return Network{}, fmt.Errorf("migration.inCluster.pool: %w", err)
+	}
+	ns, name, _ := strings.Cut(ic.NAD, "/")
+	return Network{
+		Pool:         PoolSpec{ID: PoolInCluster, Pool: pool, Field: "migration.inCluster.pool", Timeout: m.Timeout()},
+		NADNamespace: ns, NADName: name, Interface: ic.Interface, NADField: "migration.inCluster.nad",
+	}, nil
+}
+
+func crossClusterNetwork(m *config.Migration) (Network, error) {
+	cc := m.CrossCluster
+	pool, err := cc.AddressPool()
+	if err != nil {
+		return Network{}, fmt.Errorf("migration.crossCluster.addresses: %w", err)
+	}
+	ns, name, _ := strings.Cut(cc.NAD, "/")
+	return Network{
+		Pool:         PoolSpec{ID: PoolCrossCluster, Pool: pool, Field: "migration.crossCluster.addresses", Timeout: m.Timeout()},
+		NADNamespace: ns, NADName: name, Interface: cc.Interface, NADField: "migration.crossCluster.nad",
+	}, nil
+}
+
+// Mutator is the pod mutator of the migration-pods webhook (CREATE): it
+// reserves an address per migration network and writes it into the pod's
+// Multus selection, completing the element virt-operator put there
+// ("<nad>@migration0") or adding one, and keeping every other element and key.
+type Mutator struct {
+	Alloc *Allocator
+	// API reads the API server directly (idempotency checks).
+	API client.Reader
+	// Recorder gets denial events on the pod's controller; may be nil.
+	Recorder record.EventRecorder
+	// NewToken makes reservation tokens; default a random UUID.
+	NewToken func() string
+	// WaitSynced blocks until the allocation cache has synced; may be nil.
+	WaitSynced func(context.Context) bool
+}
+
+// Name implements chain.PodMutator.
+func (m *Mutator) Name() string { return MutatorName }
+
+// MutatePod implements chain.PodMutator.
+func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
+	if req.Operation != admissionv1.Create || req.Config == nil || !req.Config.Migration.Enabled() {
+		return nil
+	}
+	pod := req.Pod
+	nets, err := Networks(&req.Config.Migration, pod.Labels)
+	if err != nil || len(nets) == 0 {
+		return err
+	}
+	log := logf.FromContext(ctx)
+	annPath := field.NewPath("metadata", "annotations").Key(multus.NetworksAnnotation)
+	elems, err := multus.Parse(pod.Annotations[multus.NetworksAnnotation])
+	if err != nil {
+		denials.WithLabelValues(nets[0].Pool.ID, "bad-annotation").Inc()
+		return apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, podName(pod), field.ErrorList{field.Invalid(annPath, pod.Annotations[multus.NetworksAnnotation], err.Error())})
+	}
+	for _, n := range nets {
+		info, err := req.Facts.NAD(ctx, n.NADNamespace, n.NADName)
+		if err != nil {
+			return err
+		}
+		if info == nil {
+			denials.WithLabelValues(n.Pool.ID, "nad-missing").Inc()
+			return forbidden(fmt.Sprintf("%s: NetworkAttachmentDefinition %s/%s does not exist; create it or fix kvnet's config", n.NADField, n.NADNamespace, n.NADName))
+		}
+	}
+	if m.WaitSynced != nil && !m.WaitSynced(ctx) {
+		return errNotSynced
+	}
+	if token := pod.Labels[LabelReservation]; token != "" {
+		kept, err := m.alreadyReserved(ctx, req.Namespace, nets, elems, token)
+		if err != nil {
+			return err
+		}
+		if kept {
+			log.V(1).Info("pod already carries its reservation", "token", token)
+			return nil
+		}
+	}
+	token := m.token()
+	node := NodeOf(pod)
+	if req.DryRun {
+		for _, n := range nets {
+			a, ok, err := m.Alloc.Peek(ctx, Request{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return forbidden(exhausted(n.Pool, nil).Message)
+			}
+			req.Warn("dry run: %s would get %s on %s, but nothing was reserved; a real create may get another address", n.Interface, n.Pool.Pool.CIDR(a), n.NADNamespace+"/"+n.NADName)
+			elems = setElement(req, elems, n, n.Pool.Pool.CIDR(a))
+		}
+		return writeAnnotation(pod, elems, "")
+	}
+	var done []*Allocation
+	rollback := func() {
+		for _, a := range done {
+			if err := m.Alloc.Rollback(ctx, a); err != nil {
+				log.Error(err, "rolling back a reservation; it expires on its own", "address", a.Address)
+			}
+		}
+	}
+	for _, n := range nets {
+		a, err := m.Alloc.Allocate(ctx, Request{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
+		if err != nil {
+			rollback()
+			var ex *ExhaustedError
+			if errors.As(err, &ex) {
+				denials.WithLabelValues(n.Pool.ID, "exhausted").Inc()
+				log.Info("denied: migration pool exhausted", "pool", n.Pool.ID, "size", n.Pool.Pool.Size().String())
+				if ref := ownerRef(pod, req.Namespace); ref != nil && m.Recorder != nil {
+					m.Recorder.Event(ref, corev1.EventTypeWarning, "MigrationPoolExhausted", ex.Message)
+				}
+			}
+			return err
+		}
+		done = append(done, a)
+		elems = setElement(req, elems, n, a.CIDR())
+	}
+	if err := writeAnnotation(pod, elems, token); err != nil {
+		rollback()
+		return err
+	}
+	allocated := make([]string, len(done))
+	for i, a := range done {
+		allocated[i] = a.Pool + "=" + a.Address.String()
+	}
+	log.Info("reserved migration addresses", "addresses", allocated, "node", node, "token", token)
+	return nil
+}
+
+func (m *Mutator) token() string {
+	if m.NewToken != nil {
+		return m.NewToken()
+	}
+	return string(uuid.NewUUID())
+}
+
+// alreadyReserved handles a pod that arrives with a reservation token: a
+// reinvoked webhook, or a second kvnet replica's webhook after the first.
+// It keeps the addresses only if every one is reserved under that token and
+// no existing pod carries the token, so a copied pod manifest cannot share
+// another pod's address.
+func (m *Mutator) alreadyReserved(ctx context.Context, namespace string, nets []Network, elems []*multus.Element, token string) (bool, error) {
+	for _, n := range nets {
+		e := findElement(elems, namespace, n)
+		if e == nil {
+			return false, nil
+		}
+		ips := elementIPs(e)
+		if len(ips) != 1 {
+			return false, nil
+		}
+		p, err := netip.ParsePrefix(ips[0])
+		if err != nil {
+			return false, nil
+		}
+		var cm corev1.ConfigMap
+		err = m.API.Get(ctx, client.ObjectKey{Namespace: m.Alloc.Namespace, Name: ObjectName(n.Pool.ID, p.Addr())}, &cm)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading the allocation of %s: %w", p.Addr(), err)
+		}
+		a, err := FromConfigMap(&cm)
+		if err != nil || a.State != StateReserved || a.Reservation != token || a.PodNamespace != namespace {
+			return false, nil
+		}
+	}
+	pods, err := podsWithToken(ctx, m.API, namespace, token)
+	if err != nil {
+		return false, err
+	}
+	return len(pods) == 0, nil
+}
+
+// findElement is the selection element for the network: same NAD, and the
+// configured interface or none.
+func findElement(elems []*multus.Element, podNamespace string, n Network) *multus.Element {
+	for _, e := range elems {
+		if e.Refers(podNamespace, n.NADNamespace, n.NADName) && (e.Interface() == "" || e.Interface() == n.Interface) {
+			return e
+		}
+	}
+	return nil
+}
+
+// setElement completes the network's element with interface and ips, or
+// appends one.
+func setElement(req *chain.PodRequest, elems []*multus.Element, n Network, cidr string) []*multus.Element {
+	e := findElement(elems, req.Namespace, n)
+	if e == nil {
+		e = multus.NewElement(n.NADNamespace, n.NADName)
+		elems = append(elems, e)
+	}
+	if e.Interface() == "" {
+		e.SetString(multus.KeyInterface, n.Interface)
+	}
+	if old := elementIPs(e); len(old) > 0 && !(len(old) == 1 && old[0] == cidr) {
+		req.Warn("kvnet replaced ips %v of the %s/%s element with its allocation %s", old, n.NADNamespace, n.NADName, cidr)
+	}
+	_ = e.Set(multus.KeyIPs, []string{cidr})
+	return elems
+}
+
+func writeAnnotation(pod *corev1.Pod, elems []*multus.Element, token string) error {
+	s, err := multus.Format(elems)
+	if err != nil {
+		return err
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[multus.NetworksAnnotation] = s
+	if token != "" {
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[LabelReservation] = token
+	}
+	return nil
+}
+
+func podName(pod *corev1.Pod) string {
+	if pod.Name != "" {
+		return pod.Name
+	}
+	return pod.GenerateName
+}
+
+func forbidden(msg string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: msg}}
+}
