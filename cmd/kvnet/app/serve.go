@@ -87,6 +87,10 @@ type Extension func(ctx context.Context, mgr manager.Manager, cfg *config.Source
 
 var serveExtensions []Extension
 
+// serveFlags lets capability files add their own flags to `kvnet webhook`
+// from init, next to their Extension.
+var serveFlags []func(*cobra.Command)
+
 // NewManager builds the manager with kvnet's webhooks and controllers on it.
 // Tests call it with envtest's rest.Config.
 func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *config.Source) (manager.Manager, error) {
@@ -178,6 +182,9 @@ func webhookCommand() *cobra.Command {
 		},
 	}
 	o.register(c)
+	for _, register := range serveFlags {
+		register(c)
+	}
 	gofs := goFlagSet()
 	zo.BindFlags(gofs)
 	c.Flags().AddGoFlagSet(gofs)
