@@ -85,6 +85,10 @@ type Network struct {
 	Binding string `json:"binding,omitempty"`
 	// DefaultRoute asks for the default route on this attachment (kube-ovn).
 	DefaultRoute bool `json:"defaultRoute,omitempty"`
+	// PersistentIPs states that this attachment must keep its IP across
+	// restarts and migrations: a NAD that does not allow persistent IPs is
+	// then an error instead of a silently changing address.
+	PersistentIPs bool `json:"persistentIPs,omitempty"`
 }
 
 // SRIOV lists resource-name prefixes of SR-IOV device plugins.

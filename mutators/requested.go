@@ -15,8 +15,8 @@ import (
 // ParseRequested reads the kvnet.io/networks annotation. It takes the Multus
 // short form users already know ("ns/nad@name, nad2": the part after @ names
 // the VMI network, the NAD name is used when it is absent) or a JSON list of
-// {"name", "nad", "binding", "defaultRoute"} for the cases the short form
-// cannot say. Errors carry the annotation's field path.
+// {"name", "nad", "binding", "defaultRoute", "persistentIPs"} for the cases
+// the short form cannot say. Errors carry the annotation's field path.
 func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 	s := strings.TrimSpace(value)
 	if s == "" {
@@ -27,7 +27,7 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 		dec := json.NewDecoder(strings.NewReader(s))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&nets); err != nil {
-			return nil, field.ErrorList{field.Invalid(p, value, "not a JSON list of {name, nad, binding, defaultRoute}: "+err.Error())}
+			return nil, field.ErrorList{field.Invalid(p, value, "not a JSON list of {name, nad, binding, defaultRoute, persistentIPs}: "+err.Error())}
 		}
 		if _, err := dec.Token(); err != io.EOF {
 			return nil, field.ErrorList{field.Invalid(p, value, "unexpected data after the JSON list")}
