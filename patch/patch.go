@@ -43,6 +43,18 @@ func Compute(raw, before, after []byte) ([]jsonpatch.Operation, error) {
 			return nil, err
 		}
 		if n == len(segs)-1 {
+			if op.Operation == "replace" || op.Operation == "remove" {
+				// The typed marshal may hold a member raw lacks (a non-omitempty
+				// zero value): replacing it means adding it, removing it nothing.
+				if m, err := existingDepth(raw, segs); err != nil {
+					return nil, err
+				} else if m < len(segs) {
+					if op.Operation == "remove" {
+						continue
+					}
+					op.Operation = "add"
+				}
+			}
 			out = append(out, op)
 			continue
 		}
