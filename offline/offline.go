@@ -48,6 +48,23 @@ type Result struct {
 	Warnings []string
 	// Denied holds the message of a refusal (mutating or validating).
 	Denied string
+	// Related are the objects (JSON) the cluster would create because this
+	// one was admitted, such as its IPAMClaims; empty when it was denied.
+	Related [][]byte
+}
+
+// RelatedFunc returns the objects, as JSON, that kvnet's controllers would
+// create for an admitted object of kind in namespace.
+type RelatedFunc func(ctx context.Context, kind, namespace string, mutated []byte) ([][]byte, error)
+
+// relatedFuncs are registered by capabilities from init.
+var relatedFuncs []func(cfg *config.Config, facts lookup.Facts) RelatedFunc
+
+// RegisterRelated adds a capability's RelatedFunc to every Admitter built
+// afterwards, so the CLI shows what a controller would create next to the
+// object that causes it.
+func RegisterRelated(f func(cfg *config.Config, facts lookup.Facts) RelatedFunc) {
+	relatedFuncs = append(relatedFuncs, f)
 }
 
 // ReadFiles reads every YAML or JSON document from paths ("-" is stdin);
@@ -175,13 +192,19 @@ func Facts(docs []Doc) (*lookup.Static, error) {
 // Admitter runs documents through kvnet's handlers.
 type Admitter struct {
 	Handlers webhook.Handlers
+	// Related run on every admitted object; see RegisterRelated.
+	Related []RelatedFunc
 	// Namespace is used for objects that name none; default "default".
 	Namespace string
 }
 
 // NewAdmitter builds the same handlers the webhook serves.
 func NewAdmitter(cfg *config.Config, facts lookup.Facts, o webhook.HandlerOptions) *Admitter {
-	return &Admitter{Handlers: webhook.NewHandlers(config.Static(cfg), facts, o), Namespace: "default"}
+	a := &Admitter{Handlers: webhook.NewHandlers(config.Static(cfg), facts, o), Namespace: "default"}
+	for _, f := range relatedFuncs {
+		a.Related = append(a.Related, f(cfg, facts))
+	}
+	return a
 }
 
 // Admit runs one VM or VMI through mutation and then validation, as the API
@@ -233,6 +256,14 @@ func (a *Admitter) Admit(ctx context.Context, d Doc) (res Result, ok bool, err e
 	res.Warnings = append(res.Warnings, vresp.Warnings...)
 	if !vresp.Allowed {
 		res.Denied = message(vresp)
+		return res, true, nil
+	}
+	for _, f := range a.Related {
+		objs, err := f(ctx, d.Kind, ns, mutated)
+		if err != nil {
+			return res, true, fmt.Errorf("%s: %w", d.Source, err)
+		}
+		res.Related = append(res.Related, objs...)
 	}
 	return res, true, nil
 }

@@ -2,6 +2,7 @@ package persistentips
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -132,4 +133,61 @@ func NewClaim(o Owner, network, networkName string) *ipamv1alpha1.IPAMClaim {
 		c.Labels = map[string]string{VMLabel: v}
 	}
 	return c
+}
+
+// Offline returns, as JSON, the claims kvnet's controller would create for
+// an admitted VM or standalone VMI (raw JSON of kind in namespace), for the
+// offline CLI. A VMI started by a VM gets none: the VM's claims cover it.
+func Offline(ctx context.Context, cfg *config.Config, facts lookup.Facts, kind, namespace string, raw []byte) ([][]byte, error) {
+	if !cfg.PersistentIPsEnabled() || cfg.Excluded(namespace) {
+		return nil, nil
+	}
+	var owner Owner
+	var spec *kubevirtv1.VirtualMachineInstanceSpec
+	switch kind {
+	case "VirtualMachine":
+		var vm kubevirtv1.VirtualMachine
+		if err := json.Unmarshal(raw, &vm); err != nil {
+			return nil, fmt.Errorf("decoding VirtualMachine: %w", err)
+		}
+		if vm.Spec.Template == nil {
+			return nil, nil
+		}
+		owner, spec = Owner{Kind: kind, Namespace: namespace, Name: vm.Name, UID: vm.UID}, &vm.Spec.Template.Spec
+	case "VirtualMachineInstance":
+		var vmi kubevirtv1.VirtualMachineInstance
+		if err := json.Unmarshal(raw, &vmi); err != nil {
+			return nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
+		}
+		vmi.Namespace = namespace
+		if owner = OwnerOf(&vmi); owner.Kind != kind {
+			return nil, nil
+		}
+		spec = &vmi.Spec
+	default:
+		return nil, nil
+	}
+	want, _, err := Desired(ctx, owner, spec, facts)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, w := range want {
+		b, err := json.Marshal(w.Claim)
+		if err != nil {
+			return nil, fmt.Errorf("encoding IPAMClaim %s: %w", w.Claim.Name, err)
+		}
+		// A claim is created without status (the IPAM plugin writes it);
+		// the Go type has no omitempty on it.
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+		delete(m, "status")
+		if b, err = json.Marshal(m); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }

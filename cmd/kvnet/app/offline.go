@@ -98,16 +98,21 @@ and refusals go to stderr; refused objects are not printed.`,
 					fmt.Fprintf(errw, "Error: %s: %s\n", r.Doc.Source, r.Denied)
 					return nil
 				}
-				y, err := offline.ToYAML(r.Mutated)
-				if err != nil {
-					return err
+				// The object, then what kvnet's controllers would create for it.
+				for _, js := range append([][]byte{r.Mutated}, r.Related...) {
+					y, err := offline.ToYAML(js)
+					if err != nil {
+						return err
+					}
+					if !first {
+						fmt.Fprintln(out, "---")
+					}
+					first = false
+					if _, err := out.Write(y); err != nil {
+						return err
+					}
 				}
-				if !first {
-					fmt.Fprintln(out, "---")
-				}
-				first = false
-				_, err = out.Write(y)
-				return err
+				return nil
 			})
 			if err == nil && denied {
 				return errInvalid

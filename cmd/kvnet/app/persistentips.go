@@ -12,12 +12,19 @@ import (
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
 	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/offline"
 	"github.com/kvnet/kvnet/persistentips"
 	"github.com/kvnet/kvnet/webhook"
 )
 
 func init() {
 	serveExtensions = append(serveExtensions, persistentIPs)
+	// kvnet mutate prints the claims next to the VM that causes them.
+	offline.RegisterRelated(func(cfg *config.Config, facts lookup.Facts) offline.RelatedFunc {
+		return func(ctx context.Context, kind, namespace string, mutated []byte) ([][]byte, error) {
+			return persistentips.Offline(ctx, cfg, facts, kind, namespace, mutated)
+		}
+	})
 }
 
 // persistentIPs adds the IPAMClaim controller and the launcher-pod mutator
