@@ -24,7 +24,9 @@ func Parse(data []byte, ownNamespace string) (*Config, error) {
 			return nil, fmt.Errorf("config is not valid YAML: %w", err)
 		}
 	}
-	js, err := yaml.YAMLToJSON(data)
+	// Strict: a key given twice in one mapping is an error with its line,
+	// not a silent "last one wins".
+	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("config is not valid YAML: %w", err)
 	}
@@ -62,6 +64,11 @@ var (
 func withLine(root *yamlv3.Node, err error) error {
 	msg := err.Error()
 	if m := typeError.FindStringSubmatch(msg); m != nil {
+		// The decoder names the field without list indices
+		// (networkRules.networks.defaultRoute): find the node it means.
+		if path, n := findTyped(root, splitPath(m[2]), m[1]); n != nil {
+			return fmt.Errorf("config line %d: %s: a %s is not allowed here, want %s", n.Line, path, m[1], m[3])
+		}
 		return lineError(root, m[2], fmt.Errorf("%s: a %s is not allowed here, want %s", m[2], m[1], m[3]))
 	}
 	if m := quotedPath.FindStringSubmatch(msg); m != nil {
@@ -128,4 +135,73 @@ func splitPath(path string) []string {
 		}
 	}
 	return out
+}
+
+// findTyped finds the node a type error names by its index-free path,
+// descending into every list element, and returns its indexed path. Among
+// several nodes on the path it prefers one whose YAML kind is the JSON kind
+// the decoder rejected (jsonKind: string, number, bool, object, array).
+func findTyped(root *yamlv3.Node, segs []string, jsonKind string) (string, *yamlv3.Node) {
+	if root == nil || root.Kind == 0 || len(segs) == 0 {
+		return "", nil
+	}
+	n := root
+	if n.Kind == yamlv3.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	var firstPath string
+	var first *yamlv3.Node
+	var walk func(n *yamlv3.Node, segs []string, path string) (string, *yamlv3.Node)
+	walk = func(n *yamlv3.Node, segs []string, path string) (string, *yamlv3.Node) {
+		switch n.Kind {
+		case yamlv3.SequenceNode:
+			for i, e := range n.Content {
+				if p, m := walk(e, segs, fmt.Sprintf("%s[%d]", path, i)); m != nil {
+					return p, m
+				}
+			}
+		case yamlv3.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value != segs[0] {
+					continue
+				}
+				p := segs[0]
+				if path != "" {
+					p = path + "." + segs[0]
+				}
+				v := n.Content[i+1]
+				if len(segs) > 1 {
+					return walk(v, segs[1:], p)
+				}
+				if first == nil {
+					firstPath, first = p, n.Content[i]
+				}
+				if kindIs(v, jsonKind) {
+					return p, n.Content[i]
+				}
+				return "", nil
+			}
+		}
+		return "", nil
+	}
+	if p, m := walk(n, segs, ""); m != nil {
+		return p, m
+	}
+	return firstPath, first
+}
+
+func kindIs(n *yamlv3.Node, jsonKind string) bool {
+	switch jsonKind {
+	case "object":
+		return n.Kind == yamlv3.MappingNode
+	case "array":
+		return n.Kind == yamlv3.SequenceNode
+	case "string":
+		return n.Kind == yamlv3.ScalarNode && n.Tag == "!!str"
+	case "number":
+		return n.Kind == yamlv3.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float")
+	case "bool":
+		return n.Kind == yamlv3.ScalarNode && n.Tag == "!!bool"
+	}
+	return false
 }
