@@ -6,7 +6,7 @@ ASSETS := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS ?= $(ASSETS)
 GO ?= go
 
-.PHONY: all build demo test unit integration lint control-plane bench fuzz
+.PHONY: all build demo test unit integration lint control-plane bench fuzz helm helm-lint
 
 all: build
 
@@ -24,6 +24,17 @@ demo: demo-offline
 control-plane:
 	K8S_VERSION=$(K8S_VERSION) hack/control-plane.sh
 
+# Builds the helm CLI the chart tests use into bin/tools once; skipped when present.
+HELM_VERSION ?= v3.22.0
+helm:
+	@HELM_VERSION=$(HELM_VERSION) hack/helm.sh >/dev/null
+
+# Lints and renders charts/kvnet with its default values (the full matrix,
+# applied to a real API server, runs in test/chart as part of `make test`).
+helm-lint: helm
+	bin/tools/helm lint --strict charts/kvnet
+	bin/tools/helm template kvnet charts/kvnet -n kvnet-system --kube-version $(K8S_VERSION) >/dev/null
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -31,12 +42,12 @@ lint:
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test)
 
-integration: control-plane
+integration: control-plane helm
 	$(GO) test -count=1 -timeout 20m ./test/...
 
 # Every test: lint, unit, integration on a real API server, fuzz seeds, a
 # benchmark smoke run.
-test: lint control-plane
+test: lint control-plane helm
 	$(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -run '^$$' -bench . -benchtime 200x -benchmem ./webhook/
 

@@ -1,0 +1,437 @@
+// Package chart tests charts/kvnet: helm lint and template over a matrix of
+// values, every rendered object created on a real kube-apiserver with strict
+// field validation (so a typo in any field fails), the webhook
+// configurations identical to webhook/registration.go, and the API server
+// itself showing which pods it sends to kvnet.
+package chart
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/webhook"
+)
+
+var (
+	cl      client.Client
+	helmBin string
+	chart   = filepath.Join(framework.RepoRoot(), "charts", "kvnet")
+)
+
+// kubeVersion is what helm templates for; without it helm assumes the
+// version it was built against, which `go install` leaves at v1.20.
+const kubeVersion = framework.K8sVersion
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	helmBin = os.Getenv("HELM")
+	if helmBin == "" {
+		helmBin = filepath.Join(framework.RepoRoot(), "bin", "tools", "helm")
+	}
+	if _, err := os.Stat(helmBin); err != nil {
+		fmt.Fprintf(os.Stderr, "helm not found at %s: run hack/helm.sh (make helm) first\n", helmBin)
+		return 1
+	}
+	assets, err := framework.AssetsDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	crds, err := framework.CRDPaths()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	te := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     append(crds, filepath.Join(framework.RepoRoot(), "test", "chart", "crds")),
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting kube-apiserver and etcd:", err)
+		return 1
+	}
+	defer func() { _ = te.Stop() }()
+	if cl, err = client.New(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// A case of the values matrix: a release name, a namespace and values.
+type chartCase struct {
+	release, namespace string
+	values             string
+}
+
+// matrix covers both certificate modes, a user issuer, the optional
+// objects on and off, migration networks on and off, and renamed releases.
+var matrix = map[string]chartCase{
+	"defaults (self-managed)": {release: "kvnet", namespace: "kvnet-system"},
+	"cert-manager self-signed with ServiceMonitor": {release: "kvnet", namespace: "kvnet-cm", values: `
+certs: {mode: cert-manager}
+metrics: {serviceMonitor: {enabled: true, labels: {release: prometheus}}}
+`},
+	"cert-manager with a ClusterIssuer, single replica, optional objects off": {release: "edge", namespace: "edge-system", values: `
+replicaCount: 1
+leaderElection: {enabled: false}
+podDisruptionBudget: {enabled: false}
+networkPolicy: {enabled: false}
+serviceAccount: {create: false, name: default}
+certs:
+  mode: cert-manager
+  secretName: edge-tls
+  certManager: {issuerRef: {name: corp-ca, kind: ClusterIssuer}, duration: 2160h, renewBefore: 360h}
+`},
+	"self-managed short lifetimes, policy and migration networks on": {release: "prod", namespace: "prod-net", values: `
+fullnameOverride: kvnet-prod
+logLevel: debug
+tlsMinVersion: "1.3"
+extraArgs: [--zap-devel]
+webhooks: {failurePolicy: Ignore, timeoutSeconds: 5, reinvocationPolicy: Never, labels: {team: net}}
+networkPolicy:
+  webhookFrom: [{ipBlock: {cidr: 10.0.0.0/24}}]
+certs:
+  selfManaged: {caLifetime: 8760h, certLifetime: 720h, renewBefore: 240h, caRenewBefore: 2160h, checkInterval: 30s}
+topologySpreadConstraints:
+  - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app.kubernetes.io/name: kvnet}}}
+config:
+  excludedNamespaces: [kube-system, openshift-monitoring]
+  networkRules:
+    - name: storage
+      namespaceSelector: {matchLabels: {kvnet.io/storage-network: "true"}}
+      networks: [{name: storage, nad: storage}]
+  vdpa: {resourcePrefixes: ["jaguarmicro.com/"], bindingPlugin: vdpa}
+  kubeOVN: {legacyLiveMigration: true}
+  persistentIPs: {enabled: true}
+  migration:
+    inCluster:
+      nad: kubevirt/migration
+      pool: {cidr: 10.10.0.0/24}
+`},
+}
+
+// Every case lints, renders, carries a config kvnet accepts, and every
+// object it renders is created by the real API server with strict field
+// validation.
+func TestChartMatrixInstallsOnAPIServer(t *testing.T) {
+	for name, c := range matrix {
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, c)
+			checkConfig(t, c, objs)
+			install(t, c, objs)
+		})
+	}
+}
+
+// Values the schema must refuse, each with the words helm must say.
+func TestChartRefusesBadValues(t *testing.T) {
+	for values, want := range map[string]string{
+		"certs: {mode: vault}":                      "/certs/mode",
+		"webhooks: {timeoutSeconds: 60}":            "/webhooks/timeoutSeconds",
+		"webhooks: {failurePolicy: fail}":           "/webhooks/failurePolicy",
+		"replicas: 3":                               "replicas",
+		"certs: {selfManaged: {caLifetime: 1y}}":    "/certs/selfManaged/caLifetime",
+		"config: {excludedNamespaces: kube-system}": "/config/excludedNamespaces",
+	} {
+		t.Run(values, func(t *testing.T) {
+			_, err := helm(t, values, "template", "kvnet", chart, "--kube-version", kubeVersion)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("helm template with %q: err = %v, want a schema error naming %s", values, err, want)
+			}
+		})
+	}
+}
+
+// The rendered webhook configurations are exactly what
+// webhook.Registration builds for the same service and knobs: the chart
+// and kvnet's code cannot drift apart.
+func TestChartWebhooksMirrorRegistration(t *testing.T) {
+	for name, c := range matrix {
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, c)
+			vals := values(t, c)
+			fullname := c.release
+			if c.release != "kvnet" && !strings.Contains(c.release, "kvnet") {
+				fullname = c.release + "-kvnet"
+			}
+			if f, ok := vals["fullnameOverride"].(string); ok {
+				fullname = f
+			}
+			reg := webhook.Registration{
+				Name: fullname, ServiceNamespace: c.namespace, ServiceName: fullname, ServicePort: 443,
+				ExcludedNamespaces: append(excludedFromValues(vals), c.namespace),
+			}
+			if w, ok := vals["webhooks"].(map[string]any); ok {
+				if fp, ok := w["failurePolicy"].(string); ok {
+					reg.FailurePolicy = admissionregv1.FailurePolicyType(fp)
+				}
+				if ts, ok := w["timeoutSeconds"].(float64); ok {
+					reg.TimeoutSeconds = int32(ts)
+				}
+			}
+			wantM, wantV := reg.Configurations()
+			if w, ok := vals["webhooks"].(map[string]any); ok && w["reinvocationPolicy"] != nil {
+				p := admissionregv1.ReinvocationPolicyType(w["reinvocationPolicy"].(string))
+				for i := range wantM.Webhooks {
+					if wantM.Webhooks[i].ReinvocationPolicy != nil {
+						wantM.Webhooks[i].ReinvocationPolicy = &p
+					}
+				}
+			}
+			var gotM admissionregv1.MutatingWebhookConfiguration
+			var gotV admissionregv1.ValidatingWebhookConfiguration
+			decodeKind(t, objs, "MutatingWebhookConfiguration", &gotM)
+			decodeKind(t, objs, "ValidatingWebhookConfiguration", &gotV)
+			if gotM.Name != wantM.Name || gotV.Name != wantV.Name {
+				t.Fatalf("configuration names %q/%q, want %q", gotM.Name, gotV.Name, wantM.Name)
+			}
+			if !equality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks) {
+				t.Errorf("mutating webhooks differ from webhook.Registration:\nchart:\n%s\nregistration:\n%s", toYAML(gotM.Webhooks), toYAML(wantM.Webhooks))
+			}
+			if !equality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks) {
+				t.Errorf("validating webhooks differ from webhook.Registration:\nchart:\n%s\nregistration:\n%s", toYAML(gotV.Webhooks), toYAML(wantV.Webhooks))
+			}
+			_, injects := gotM.Annotations["cert-manager.io/inject-ca-from"]
+			if cm := strings.Contains(c.values, "mode: cert-manager"); injects != cm {
+				t.Errorf("inject-ca-from annotation present = %v, want %v", injects, cm)
+			}
+		})
+	}
+}
+
+// render runs helm lint and helm template for a case and returns the objects.
+func render(t *testing.T, c chartCase) []*unstructured.Unstructured {
+	t.Helper()
+	if out, err := helm(t, c.values, "lint", chart, "--strict", "--namespace", c.namespace, "--kube-version", kubeVersion); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+	out, err := helm(t, c.values, "template", c.release, chart, "--namespace", c.namespace, "--kube-version", kubeVersion)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("helm template output: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	if len(objs) == 0 {
+		t.Fatal("helm template rendered nothing")
+	}
+	return objs
+}
+
+// helm runs the helm binary with values (YAML, may be empty) as a values file.
+func helm(t *testing.T, values string, args ...string) ([]byte, error) {
+	t.Helper()
+	if values != "" {
+		// Not t.TempDir(): helm splits --values on commas, and subtest
+		// names (hence their temp dirs) may contain them.
+		tmp, err := os.MkdirTemp("", "kvnet-chart")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(tmp) })
+		f := filepath.Join(tmp, "values.yaml")
+		if err := os.WriteFile(f, []byte(values), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--values", f)
+	}
+	cmd := exec.Command(helmBin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("helm %s: %w: %s%s", strings.Join(args, " "), err, stderr.String(), out)
+	}
+	return out, nil
+}
+
+// checkConfig parses the rendered config.yaml as kvnet would at start-up.
+func checkConfig(t *testing.T, c chartCase, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var cm corev1.ConfigMap
+	decodeKind(t, objs, "ConfigMap", &cm)
+	if _, err := config.Parse([]byte(cm.Data["config.yaml"]), c.namespace); err != nil {
+		t.Fatalf("kvnet refuses the rendered config: %v\n%s", err, cm.Data["config.yaml"])
+	}
+}
+
+// install creates every object for real (strict field validation: unknown
+// or misspelt fields are errors) in a fresh namespace, then removes the
+// cluster-scoped ones so the next case and test start clean.
+func install(t *testing.T, c chartCase, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{}
+	ns.Name = c.namespace
+	if err := cl.Create(ctx, ns); err != nil {
+		t.Fatalf("namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, ns) })
+	for _, o := range objs {
+		if err := cl.Create(ctx, o, client.FieldValidation("Strict")); err != nil {
+			t.Errorf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
+			continue
+		}
+		if o.GetNamespace() == "" {
+			t.Cleanup(func() { _ = cl.Delete(ctx, o) })
+		}
+	}
+}
+
+func values(t *testing.T, c chartCase) map[string]any {
+	t.Helper()
+	v := map[string]any{}
+	if err := yaml.Unmarshal([]byte(c.values), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func excludedFromValues(v map[string]any) []string {
+	cfg, _ := v["config"].(map[string]any)
+	list, ok := cfg["excludedNamespaces"].([]any)
+	if !ok {
+		return []string{"kube-system"} // values.yaml's default
+	}
+	var out []string
+	for _, n := range list {
+		out = append(out, n.(string))
+	}
+	return out
+}
+
+// decodeKind converts the one rendered object of kind into out.
+func decodeKind(t *testing.T, objs []*unstructured.Unstructured, kind string, out any) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, out, true); err != nil {
+				t.Fatalf("%s %s: %v", kind, o.GetName(), err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no %s rendered", kind)
+}
+
+func toYAML(v any) string {
+	b, _ := yaml.Marshal(v)
+	return string(b)
+}
+
+// The rendered configurations, registered on the real API server against a
+// recording webhook, decide which objects reach kvnet: pods only with
+// KubeVirt's labels, and nothing at all from kube-system or kvnet's own
+// namespace.
+func TestChartWebhooksNeverSelectForeignPods(t *testing.T) {
+	ctx := context.Background()
+	c := chartCase{release: "sel", namespace: "kvnet-sel"}
+	objs := render(t, c)
+	rec := newRecorder(t)
+	for _, o := range objs {
+		kind := o.GetKind()
+		if kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration" {
+			continue
+		}
+		hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		for i := range hooks {
+			h := hooks[i].(map[string]any)
+			cc := h["clientConfig"].(map[string]any)
+			path := cc["service"].(map[string]any)["path"].(string)
+			h["clientConfig"] = map[string]any{"url": rec.url + path, "caBundle": rec.caBundle}
+		}
+		if err := unstructured.SetNestedSlice(o.Object, hooks, "webhooks"); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Create(ctx, o, client.FieldValidation("Strict")); err != nil {
+			t.Fatalf("registering %s: %v", kind, err)
+		}
+		t.Cleanup(func() { _ = cl.Delete(ctx, o) })
+	}
+	for _, n := range []string{"apps", "kubevirt", c.namespace, "kube-system"} {
+		if n != "kube-system" {
+			if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// No controller-manager runs: the ServiceAccount admission plugin
+		// needs each namespace's default account to exist.
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: "default"}}
+		if err := cl.Create(ctx, sa); err != nil && !strings.Contains(err.Error(), "already exists") {
+			t.Fatal(err)
+		}
+	}
+	pods := []struct {
+		namespace string
+		labels    map[string]string
+		wantPath  string // "" = must never reach kvnet
+	}{
+		{"apps", nil, ""},
+		{"apps", map[string]string{"app": "virt-launcher"}, ""},
+		{"apps", map[string]string{"kubevirt.io": "virt-api"}, ""},
+		{"kube-system", map[string]string{"kubevirt.io": "virt-launcher"}, ""},
+		{"kube-system", map[string]string{"kubevirt.io": "virt-handler"}, ""},
+		{c.namespace, map[string]string{"kubevirt.io": "virt-launcher"}, ""},
+		{c.namespace, nil, ""},
+		{"apps", map[string]string{"kubevirt.io": "virt-launcher"}, webhook.PathMutateLauncherPods},
+		{"kubevirt", map[string]string{"kubevirt.io": "virt-handler"}, webhook.PathMutateMigrationPods},
+		{"kubevirt", map[string]string{"kubevirt.io": "virt-synchronization-controller"}, webhook.PathMutateMigrationPods},
+	}
+	for i, p := range pods {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: fmt.Sprintf("pod-%d", i), Labels: p.labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}},
+		}
+		rec.reset()
+		if err := cl.Create(ctx, pod, client.DryRunAll); err != nil {
+			t.Fatalf("pod %d in %s with %v: %v", i, p.namespace, p.labels, err)
+		}
+		got := rec.paths()
+		switch {
+		case p.wantPath == "" && len(got) > 0:
+			t.Errorf("pod in %s with labels %v was sent to kvnet (%v)", p.namespace, p.labels, got)
+		case p.wantPath != "" && (len(got) != 1 || got[0] != p.wantPath):
+			t.Errorf("pod in %s with labels %v reached %v, want exactly %s", p.namespace, p.labels, got, p.wantPath)
+		}
+	}
+}
