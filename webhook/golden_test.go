@@ -1,0 +1,199 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/offline"
+	"github.com/kvnet/kvnet/webhook"
+)
+
+var update = flag.Bool("update", false, "rewrite the *.golden.yaml files from the current output")
+
+// goldenCase is one input file and the golden file its mutation must equal.
+type goldenCase struct {
+	name, in, golden string
+}
+
+// goldenCases are testdata/*.yaml, and the README's examples/vms.yaml whose
+// golden the offline CLI test compares against too.
+func goldenCases(t testing.TB) []goldenCase {
+	t.Helper()
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []goldenCase{{name: "examples-vms", in: filepath.Join(examplesDir, "vms.yaml"), golden: "testdata/examples-vms.golden.yaml"}}
+	for _, f := range files {
+		if strings.HasSuffix(f, ".golden.yaml") {
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		out = append(out, goldenCase{name: name, in: f, golden: filepath.Join("testdata", name+".golden.yaml")})
+	}
+	return out
+}
+
+func readDocs(t testing.TB, path string) []offline.Doc {
+	t.Helper()
+	docs, err := offline.ReadFiles([]string{path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []offline.Doc
+	for _, d := range docs {
+		if d.Kind == chain.KindVM || d.Kind == chain.KindVMI {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no VM or VMI", path)
+	}
+	return out
+}
+
+// TestGolden runs each input through the real mutating handler as a CREATE,
+// applies the patch, checks that the validating handler admits the result,
+// and compares it with the golden file. go test ./webhook -run TestGolden -update
+// rewrites the goldens.
+func TestGolden(t *testing.T) {
+	hs := exampleHandlers(t)
+	for _, gc := range goldenCases(t) {
+		t.Run(gc.name, func(t *testing.T) {
+			var got bytes.Buffer
+			for i, d := range readDocs(t, gc.in) {
+				resp, mutated := mutate(t, hs, d.Kind, admissionv1.Create, d.Raw, nil)
+				if !resp.Allowed {
+					t.Fatalf("%s: mutation refused: %+v", d.Source, resp.Result)
+				}
+				for _, op := range resp.Patches {
+					if op.Operation == "remove" {
+						t.Errorf("%s: patch removes %s", d.Source, op.Path)
+					}
+				}
+				vpath := webhook.PathValidateVM
+				if d.Kind == chain.KindVMI {
+					vpath = webhook.PathValidateVMI
+				}
+				if v := hs[vpath].Handle(context.Background(), review(d.Kind, admissionv1.Create, "", mutated, nil)); !v.Allowed {
+					t.Errorf("%s: the mutated object is refused: %v", d.Source, v.Result)
+				}
+				y, err := offline.ToYAML(mutated)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i > 0 {
+					got.WriteString("---\n")
+				}
+				got.Write(y)
+			}
+			if *update {
+				if err := os.WriteFile(gc.golden, got.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(gc.golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Errorf("%s differs from %s (run with -update after checking):\n--- got\n%s", gc.in, gc.golden, got.String())
+			}
+		})
+	}
+}
+
+// Fields a newer KubeVirt has must survive, whatever the golden says.
+func TestUnknownFieldsSurvive(t *testing.T) {
+	hs := exampleHandlers(t)
+	d := readDocs(t, "testdata/vmi-unknown-fields.yaml")[0]
+	resp, mutated := mutate(t, hs, d.Kind, admissionv1.Create, d.Raw, nil)
+	if !resp.Allowed || len(resp.Patches) == 0 {
+		t.Fatalf("not mutated: %+v", resp.Result)
+	}
+	var in, out map[string]any
+	_ = json.Unmarshal(d.Raw, &in)
+	_ = json.Unmarshal(mutated, &out)
+	for _, path := range [][]string{
+		{"spec", "someFutureTopLevel"},
+		{"spec", "domain", "devices", "someFutureField"},
+		{"status", "futureStatus"},
+	} {
+		if a, b := dig(in, path), dig(out, path); a == nil || !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: before %v, after %v", strings.Join(path, "."), a, b)
+		}
+	}
+	spec := out["spec"].(map[string]any)
+	iface0 := dig(spec, []string{"domain", "devices", "interfaces"}).([]any)[0].(map[string]any)
+	net0 := spec["networks"].([]any)[0].(map[string]any)
+	if iface0["futureInterfaceOption"] != "on" || net0["futureNetworkOption"] != float64(7) {
+		t.Errorf("unknown fields in list elements lost: %v / %v", iface0, net0)
+	}
+}
+
+func dig(m map[string]any, path []string) any {
+	var cur any = m
+	for _, p := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[p]
+	}
+	return cur
+}
+
+// Mutating twice equals mutating once: the API server reinvokes webhooks
+// (reinvocationPolicy IfNeeded), KubeVirt updates VMs, and users re-apply.
+// Over every example, every golden input and every golden output, a second
+// pass (as CREATE and as UPDATE of the stored object) patches nothing.
+func TestIdempotent(t *testing.T) {
+	hs := exampleHandlers(t)
+	inputs := []string{filepath.Join(examplesDir, "vms.yaml"), filepath.Join(examplesDir, "invalid.yaml")}
+	for _, gc := range goldenCases(t) {
+		inputs = append(inputs, gc.in)
+		if _, err := os.Stat(gc.golden); err == nil {
+			inputs = append(inputs, gc.golden)
+		}
+	}
+	for _, in := range inputs {
+		for _, d := range readDocs(t, in) {
+			t.Run(d.Source, func(t *testing.T) {
+				resp, once := mutate(t, hs, d.Kind, admissionv1.Create, d.Raw, nil)
+				if !resp.Allowed {
+					t.Fatalf("first pass refused: %v", resp.Result)
+				}
+				for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update} {
+					var old []byte
+					if op == admissionv1.Update {
+						old = once
+					}
+					resp2, twice := mutate(t, hs, d.Kind, op, once, old)
+					if !resp2.Allowed {
+						t.Fatalf("%s second pass refused: %v", op, resp2.Result)
+					}
+					if len(resp2.Patches) != 0 {
+						t.Errorf("%s second pass patched: %v", op, resp2.Patches)
+					}
+					var a, b any
+					_ = json.Unmarshal(once, &a)
+					_ = json.Unmarshal(twice, &b)
+					if !reflect.DeepEqual(a, b) {
+						t.Errorf("%s: twice != once:\n once %s\ntwice %s", op, once, twice)
+					}
+				}
+			})
+		}
+	}
+}
