@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -18,6 +19,11 @@ import (
 func decodeVMish(kind string, raw []byte) (any, *chain.Request, error) {
 	if len(raw) == 0 {
 		return nil, nil, fmt.Errorf("the request carries no object")
+	}
+	// json.Unmarshal takes null for an empty object; the patch for it
+	// would then not apply to the request's object.
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, nil, fmt.Errorf("the request's object is not a JSON object")
 	}
 	switch kind {
 	case chain.KindVM:
