@@ -35,7 +35,7 @@ func toJSON(t testing.TB, y string) []byte {
 // VM/VMI handler.
 func TestMalformedObjectIs400(t *testing.T) {
 	hs := exampleHandlers(t)
-	for _, raw := range []string{``, `{`, `[]`, `"vm"`, `{"spec": 5}`, `{"metadata": []}`, `{"spec":{"networks":{},"template":{"spec":{"networks":{}}}}}`} {
+	for _, raw := range []string{``, `null`, ` null `, `{`, `[]`, `"vm"`, `{"spec": 5}`, `{"metadata": []}`, `{"spec":{"networks":{},"template":{"spec":{"networks":{}}}}}`} {
 		for _, path := range []string{webhook.PathMutateVM, webhook.PathMutateVMI, webhook.PathValidateVM, webhook.PathValidateVMI} {
 			kind := chain.KindVM
 			if strings.HasSuffix(path, "instances") {

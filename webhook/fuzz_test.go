@@ -1,0 +1,126 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/offline"
+	"github.com/kvnet/kvnet/webhook"
+)
+
+// fuzzSeeds are every example and golden input as JSON, plus broken bytes.
+func fuzzSeeds(f *testing.F) [][]byte {
+	f.Helper()
+	paths := []string{filepath.Join(examplesDir, "vms.yaml"), filepath.Join(examplesDir, "invalid.yaml")}
+	more, _ := filepath.Glob("testdata/*.yaml")
+	paths = append(paths, more...)
+	docs, err := offline.ReadFiles(paths, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var out [][]byte
+	for _, d := range docs {
+		out = append(out, d.Raw)
+	}
+	for _, s := range []string{
+		``, `{`, `null`, `[]`, `{}`, `{"spec":null}`, `{"spec":{"template":null}}`,
+		`{"metadata":{"annotations":{"kvnet.io/networks":"a/b/c"}}}`,
+		`{"metadata":{"annotations":{"kvnet.io/networks":"[{\"name\":\"x\",\"nad\":\"storage\"}]"}}}`,
+		`{"metadata":{"namespace":"tenant-a","annotations":null},"spec":{"template":{"metadata":null,"spec":{"networks":[{"name":"x","multus":{"networkName":"Bad/Ref/x"}}]}}}}`,
+		`{"spec":{"domain":{"devices":{"interfaces":[{"name":"a","binding":null}]}},"networks":[{"name":"a","multus":null}]}}`,
+		`{"spec":{"networks":[{"name":"dp","multus":{"networkName":"dpu/vdpa-net"}}],"domain":{"memory":{"reservedOverhead":null}}}}`,
+	} {
+		out = append(out, []byte(s))
+	}
+	return out
+}
+
+// FuzzVMHandlers feeds arbitrary object bytes to every VM/VMI handler, as
+// CREATE and UPDATE. None may panic or answer 500 (facts come from a
+// snapshot, so kvnet itself cannot fail), and every patch must apply to the
+// object it was computed for without removing anything.
+func FuzzVMHandlers(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	hs := exampleHandlers(f)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		for _, kind := range []string{chain.KindVM, chain.KindVMI} {
+			mpath, vpath := webhook.PathMutateVM, webhook.PathValidateVM
+			if kind == chain.KindVMI {
+				mpath, vpath = webhook.PathMutateVMI, webhook.PathValidateVMI
+			}
+			for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update} {
+				var old []byte
+				if op == admissionv1.Update {
+					old = raw
+				}
+				req := review(kind, op, "tenant-a", raw, old)
+				resp := hs[mpath].Handle(context.Background(), req)
+				if code(resp) >= 500 {
+					t.Fatalf("%s %s: %d %s", mpath, op, code(resp), resp.Result.Message)
+				}
+				if resp.Allowed && len(resp.Patches) > 0 {
+					for _, o := range resp.Patches {
+						if o.Operation == "remove" {
+							t.Fatalf("%s: patch removes %s", mpath, o.Path)
+						}
+					}
+					applyResponse(t, raw, resp)
+				}
+				if v := hs[vpath].Handle(context.Background(), req); code(v) >= 500 {
+					t.Fatalf("%s %s: %d %s", vpath, op, code(v), v.Result.Message)
+				}
+			}
+		}
+	})
+}
+
+// FuzzAdmissionReview posts arbitrary bodies to the handlers as the webhook
+// server mounts them. The server always answers with an AdmissionReview;
+// an undecodable review is a 400, never a 500.
+func FuzzAdmissionReview(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		rq := review(chain.KindVM, admissionv1.Create, "tenant-a", nil, nil).AdmissionRequest
+		ar := admissionv1.AdmissionReview{Request: &rq}
+		ar.APIVersion, ar.Kind = "admission.k8s.io/v1", "AdmissionReview"
+		if json.Valid(s) {
+			ar.Request.Object.Raw = s
+		}
+		b, _ := json.Marshal(ar)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","operation":"CREATE","object":"x"}}`))
+	f.Add([]byte(`not json`))
+	hs := exampleHandlers(f)
+	srv := map[string]*admission.Webhook{}
+	for _, p := range []string{webhook.PathMutateVM, webhook.PathValidateVMI} {
+		srv[p] = &admission.Webhook{Handler: hs[p], RecoverPanic: ptr.To(true)}
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for p, wh := range srv {
+			r := httptest.NewRequest(http.MethodPost, p, bytes.NewReader(body))
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			wh.ServeHTTP(w, r)
+			var out admissionv1.AdmissionReview
+			if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Response == nil {
+				t.Fatalf("%s: response is not an AdmissionReview: %v %s", p, err, w.Body.String())
+			}
+			if res := out.Response.Result; res != nil && res.Code >= 500 {
+				t.Fatalf("%s: %d %s", p, res.Code, res.Message)
+			}
+		}
+	})
+}
