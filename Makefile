@@ -6,7 +6,7 @@ ASSETS := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS ?= $(ASSETS)
 GO ?= go
 
-.PHONY: all build demo test unit integration lint control-plane bench fuzz helm helm-lint
+.PHONY: all build demo demo-down demo-offline test unit integration lint control-plane bench fuzz helm helm-lint
 
 all: build
 
@@ -18,7 +18,19 @@ demo-offline: build
 	./bin/kvnet mutate -f examples/vms.yaml --nads examples/nads.yaml --nads examples/namespaces.yaml \
 		--config examples/config.yaml --kubevirt examples/kubevirt.yaml
 
-demo: demo-offline
+# The main job: a local kube-apiserver + etcd, kvnet running against it with
+# self-managed certificates and its webhooks registered for real, examples/
+# applied, and what kvnet changed or refused printed per VM. Exits when done;
+# `make demo KEEP=1` keeps everything running until Ctrl-C or `make demo-down`.
+demo: build control-plane
+	$(GO) build -o bin/kvnet-demo ./hack/demo
+	./bin/kvnet-demo $(if $(KEEP),--keep)
+
+# Stops a demo started with KEEP=1 (the demo stops kvnet, kube-apiserver and etcd).
+demo-down:
+	@if [ -f bin/demo/demo.pid ]; then pid=$$(cat bin/demo/demo.pid); kill -TERM $$pid 2>/dev/null || true; \
+		for i in $$(seq 1 60); do kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; echo "demo stopped"; \
+	else echo "no demo running"; fi
 
 # Builds kube-apiserver and etcd from Go modules once; skipped when present.
 control-plane:
