@@ -1,0 +1,86 @@
+package netattach
+
+import (
+	"testing"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func nad(resource, cfg string) *nadv1.NetworkAttachmentDefinition {
+	n := &nadv1.NetworkAttachmentDefinition{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "n", ResourceVersion: "7"},
+		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: cfg},
+	}
+	if resource != "" {
+		n.Annotations = map[string]string{ResourceNameAnnotation: resource}
+	}
+	return n
+}
+
+func TestParse(t *testing.T) {
+	cases := map[string]struct {
+		nad  *nadv1.NetworkAttachmentDefinition
+		want Info
+		bad  bool
+	}{
+		"bridge": {nad: nad("", `{"cniVersion":"0.4.0","name":"br-net","type":"bridge","ipam":{"type":"whereabouts"}}`),
+			want: Info{CNIType: "bridge", NetworkName: "br-net", IPAMType: "whereabouts"}},
+		"kube-ovn with provider": {nad: nad("", `{"type":"kube-ovn","provider":"p.ns.ovn"}`),
+			want: Info{CNIType: "kube-ovn", Provider: "p.ns.ovn"}},
+		"OVN-K persistent IPs": {nad: nad("", `{"name":"l2","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true,"role":"primary"}`),
+			want: Info{CNIType: "ovn-k8s-cni-overlay", NetworkName: "l2", AllowPersistentIPs: true, Role: "primary"}},
+		"conflist takes the first plugin": {nad: nad("intel.com/x", `{"name":"list","plugins":[{"type":"sriov","ipam":{"type":"host-local"},"provider":"pp","allowPersistentIPs":true},{"type":"tuning"}]}`),
+			want: Info{ResourceName: "intel.com/x", CNIType: "sriov", NetworkName: "list", IPAMType: "host-local", Provider: "pp", AllowPersistentIPs: true}},
+		"no config":            {nad: nad("jaguarmicro.com/jaguar", "  "), want: Info{ResourceName: "jaguarmicro.com/jaguar"}},
+		"broken config":        {nad: nad("", `{"type":`), bad: true},
+		"config not an object": {nad: nad("", `["bridge"]`), bad: true},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := Parse(c.nad)
+			if (got.ConfigError != nil) != c.bad {
+				t.Fatalf("ConfigError = %v, want error: %v", got.ConfigError, c.bad)
+			}
+			if got.Namespace != "ns" || got.Name != "n" || got.ResourceVersion != "7" || got.Ref() != "ns/n" {
+				t.Errorf("identity = %+v", got)
+			}
+			if c.bad {
+				return
+			}
+			got.Namespace, got.Name, got.ResourceVersion = "", "", ""
+			if *got != c.want {
+				t.Errorf("got %+v\nwant %+v", *got, c.want)
+			}
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	sriov := []string{"intel.com/", "nvidia.com/"}
+	vdpa := []string{"jaguarmicro.com/", "nvidia.com/vdpa", ""}
+	for res, want := range map[string]Kind{
+		"":                        KindBridge,
+		"intel.com/sriov_netdev":  KindSRIOV,
+		"nvidia.com/mlnx_sriov":   KindSRIOV,
+		"nvidia.com/vdpa_vf":      KindVDPA, // vDPA prefixes win over the vendor's SR-IOV prefix
+		"jaguarmicro.com/jaguar":  KindVDPA,
+		"example.com/gpu":         KindBridge,
+		"intel.comx/not-a-prefix": KindBridge,
+	} {
+		if got := (&Info{ResourceName: res}).Classify(sriov, vdpa); got != want {
+			t.Errorf("Classify(%q) = %s, want %s", res, got, want)
+		}
+	}
+}
+
+func TestKubeOVNProvider(t *testing.T) {
+	i := &Info{Namespace: "tenant-a", Name: "attach", CNIType: "kube-ovn"}
+	if !i.IsKubeOVN() || i.KubeOVNProvider() != "attach.tenant-a.ovn" {
+		t.Errorf("default provider = %s", i.KubeOVNProvider())
+	}
+	i.Provider = "custom"
+	if i.KubeOVNProvider() != "custom" {
+		t.Errorf("configured provider = %s", i.KubeOVNProvider())
+	}
+}
