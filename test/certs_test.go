@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -446,5 +447,83 @@ func waitForLong(t *testing.T, what string, deadline time.Duration, cond func() 
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A renamed Service gets a certificate for its new names from the same CA
+// (so the webhook configurations need no change), an unusable Secret is
+// replaced instead of wedging every replica, and missing webhook
+// configurations do not keep kvnet from serving.
+func TestSelfManagedCertsReissueRecoverAndStartWithoutConfigurations(t *testing.T) {
+	ns := newNamespace(t, nil)
+	ctx := t.Context()
+	dir := t.TempDir()
+	rotator := func(service string, configs ...string) *certs.Rotator {
+		t.Helper()
+		o, err := app.CertFlags{Mode: app.CertModeSelfManaged, Secret: "c", ServiceName: service, ConfigNames: configs}.Options(ns, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := certs.New(env.Client, o, testLog(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	secret := func() *corev1.Secret {
+		var s corev1.Secret
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "c"}, &s); err != nil {
+			t.Fatal(err)
+		}
+		return &s
+	}
+
+	// No configuration named "absent" exists: the key pair is written
+	// anyway, and the pass reports what it could not inject.
+	r := rotator("kvnet", "absent")
+	if err := r.EnsureReady(ctx); err != nil {
+		t.Fatalf("EnsureReady without webhook configurations: %v", err)
+	}
+	if err := r.ReadyCheck(nil); err != nil {
+		t.Fatalf("not ready after EnsureReady: %v", err)
+	}
+	if err := r.Reconcile(ctx); err == nil || !strings.Contains(err.Error(), "absent") {
+		t.Fatalf("Reconcile error = %v, want one naming the missing configuration", err)
+	}
+	first := secret()
+
+	reissued := certs.RotationCount("serving-reissued")
+	if err := rotator("kvnet-renamed").Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := secret()
+	if got := certs.RotationCount("serving-reissued") - reissued; got != 1 {
+		t.Fatalf("serving-reissued rose by %v, want 1", got)
+	}
+	if !bytes.Equal(first.Data["ca.crt"], second.Data["ca.crt"]) {
+		t.Fatal("renaming the Service changed the CA bundle")
+	}
+	kp, err := certs.ParseKeyPair(readFile(t, dir+"/tls.crt"), readFile(t, dir+"/tls.key"))
+	if err != nil {
+		t.Fatalf("cert dir: %v", err)
+	}
+	if !slices.Contains(kp.Cert.DNSNames, "kvnet-renamed."+ns+".svc") {
+		t.Fatalf("served certificate names %v, want the renamed Service", kp.Cert.DNSNames)
+	}
+
+	second.Data["tls.key"] = []byte("not a key")
+	if err := env.Client.Update(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	invalid := certs.RotationCount("invalid")
+	if err := rotator("kvnet-renamed").Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := certs.RotationCount("invalid") - invalid; got != 1 {
+		t.Fatalf("invalid rose by %v, want 1", got)
+	}
+	third := secret()
+	if _, err := certs.ParseKeyPair(third.Data["tls.crt"], third.Data["tls.key"]); err != nil {
+		t.Fatalf("the replaced Secret is still unusable: %v", err)
 	}
 }
