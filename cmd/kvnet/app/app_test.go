@@ -1,0 +1,127 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+)
+
+const examples = "../../../examples"
+
+func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errw bytes.Buffer
+	err = app.Run(context.Background(), args, strings.NewReader(stdin), &out, &errw)
+	return out.String(), errw.String(), err
+}
+
+func clusterFlags() []string {
+	return []string{
+		"--nads", filepath.Join(examples, "nads.yaml"), "--nads", filepath.Join(examples, "namespaces.yaml"),
+		"--config", filepath.Join(examples, "config.yaml"), "--kubevirt", filepath.Join(examples, "kubevirt.yaml"),
+	}
+}
+
+// The offline CLI and the webhook give the same results on examples/: the
+// CLI's output is byte for byte the golden file the webhook's own handler
+// test (webhook.TestGolden) produces from the same inputs.
+func TestMutateExamplesEqualsWebhookGolden(t *testing.T) {
+	want, err := os.ReadFile("../../../webhook/testdata/examples-vms.golden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run(t, "", append([]string{"mutate", "-f", filepath.Join(examples, "vms.yaml")}, clusterFlags()...)...)
+	if err != nil {
+		t.Fatalf("mutate: %v\n%s", err, stderr)
+	}
+	// Capabilities may print objects the VMs imply (IPAMClaims); the VMs
+	// themselves must be exactly the webhook's.
+	if got := vmDocs(out); got != string(want) {
+		t.Errorf("kvnet mutate differs from the webhook golden:\n--- got\n%s", got)
+	}
+	if !strings.Contains(stderr, "Warning: ") || strings.Contains(stderr, "Error: ") {
+		t.Errorf("stderr = %q: want the vDPA migration warning and no error", stderr)
+	}
+
+	// The same from stdin.
+	data, err := os.ReadFile(filepath.Join(examples, "vms.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out2, _, err := run(t, string(data), append([]string{"mutate", "-f", "-"}, clusterFlags()...)...)
+	if err != nil || out2 != out {
+		t.Errorf("mutate -f - differs from -f file (err %v)", err)
+	}
+}
+
+func TestValidateExamples(t *testing.T) {
+	out, _, err := run(t, "", append([]string{"validate", "-f", filepath.Join(examples, "vms.yaml")}, clusterFlags()...)...)
+	if err != nil {
+		t.Fatalf("validate of valid examples: %v\n%s", err, out)
+	}
+	if n := strings.Count(out, ": valid\n"); n != 4 {
+		t.Errorf("want 4 valid objects:\n%s", out)
+	}
+
+	out, _, err = run(t, "", append([]string{"validate", "-f", filepath.Join(examples, "invalid.yaml")}, clusterFlags()...)...)
+	if err == nil || app.ExitCode(err) != 1 {
+		t.Fatalf("validate of invalid examples: err %v (exit %d), want exit 1", err, app.ExitCode(err))
+	}
+	for _, want := range []string{
+		"bridged-vf",
+		"spec.template.spec.domain.devices.interfaces[0]",
+		"spec.template.spec.networks[0].multus.networkName: Not found",
+		"spec.template.spec.domain.devices.interfaces[1].name",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("validate output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, ": invalid: ") != 2 {
+		t.Errorf("want two invalid objects:\n%s", out)
+	}
+
+	// mutate prints no refused object and exits 1.
+	mout, merr, err := run(t, "", append([]string{"mutate", "-f", filepath.Join(examples, "invalid.yaml")}, clusterFlags()...)...)
+	if app.ExitCode(err) != 1 || strings.TrimSpace(mout) != "" || strings.Count(merr, "Error: ") != 2 {
+		t.Errorf("mutate of invalid examples: exit %d, stdout %q, stderr %q", app.ExitCode(err), mout, merr)
+	}
+}
+
+// kvnet cannot run: a bad config (with its line) or a missing file, exit 2.
+func TestCannotRun(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(bad, []byte("networkRules:\n  - name: a\n    networks:\n      - {name: x, nad: br, binding: Not_OK}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, "", "mutate", "-f", filepath.Join(examples, "vms.yaml"), "--config", bad)
+	if err == nil || app.ExitCode(err) != 2 || !strings.Contains(err.Error(), "line 4") || !strings.Contains(err.Error(), "binding") {
+		t.Errorf("bad config: %v (exit %d)", err, app.ExitCode(err))
+	}
+	_, _, err = run(t, "", "validate", "-f", filepath.Join(dir, "missing.yaml"))
+	if err == nil || app.ExitCode(err) != 2 {
+		t.Errorf("missing file: %v", err)
+	}
+	_, _, err = run(t, "", "mutate", "-f", "-")
+	if err != nil {
+		t.Errorf("empty stdin: %v", err)
+	}
+}
+
+// vmDocs keeps the VirtualMachine and VirtualMachineInstance documents of a
+// multi-document YAML stream, in order, joined as the CLI joins them.
+func vmDocs(stream string) string {
+	var keep []string
+	for _, d := range strings.Split(stream, "---\n") {
+		if strings.Contains(d, "\nkind: VirtualMachine\n") || strings.Contains(d, "\nkind: VirtualMachineInstance\n") {
+			keep = append(keep, d)
+		}
+	}
+	return strings.Join(keep, "---\n")
+}
