@@ -233,9 +233,13 @@ func Format(elems []*Element) (string, error) {
 	if elems == nil {
 		elems = []*Element{}
 	}
-	b, err := json.Marshal(elems)
-	if err != nil {
+	// json.Marshal would HTML-escape &, < and > inside the raw values of
+	// untouched keys; an encoder without escaping prints them as they came.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(elems); err != nil {
 		return "", fmt.Errorf("encoding %s: %w", NetworksAnnotation, err)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
