@@ -149,3 +149,20 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// An element kvnet did not change prints back as the same bytes (for compact
+// input): no HTML escaping of "&", "<", ">" in values.
+func TestFormatKeepsBytes(t *testing.T) {
+	for _, in := range []string{
+		`[{"name":"a","interface":"&0<1>","x.io/k":"<b>","cni-args":{"q":"a&b"}}]`,
+		`[{"name":"a","x.io/u":"\u2028é"}]`,
+	} {
+		elems, err := Parse(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := Format(elems); got != in {
+			t.Errorf("Format(Parse(%s)) = %s", in, got)
+		}
+	}
+}
