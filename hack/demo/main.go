@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,25 +166,66 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 	say("    kvnet is ready and its CA bundle is in both webhook configurations")
 
-	ex := func(name string) string { return filepath.Join(o.Root, "examples", name) }
-	say("==> applying examples/: namespaces, the KubeVirt CR, NetworkAttachmentDefinitions")
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt"}}); err != nil {
+	// Every file of examples/ but the policy: cluster objects first
+	// (namespaces, then the rest), then VMs and VMIs in file order. Files
+	// named invalid*.yaml hold VMs kvnet must refuse; the others, VMs it
+	// must admit. A capability that adds an example file is shown here
+	// without touching the demo.
+	files, err := filepath.Glob(filepath.Join(o.Root, "examples", "*.yaml"))
+	if err != nil {
 		return err
 	}
-	var nads []*unstructured.Unstructured
-	for _, f := range []string{"namespaces.yaml", "kubevirt.yaml", "nads.yaml"} {
-		objs, err := readObjects(ex(f))
+	type vmDoc struct {
+		obj       *unstructured.Unstructured
+		file      string
+		wantValid bool
+	}
+	var namespaces, others []*unstructured.Unstructured
+	var vms []vmDoc
+	for _, f := range files {
+		if filepath.Base(f) == "config.yaml" {
+			continue // kvnet's policy, given with --config
+		}
+		objs, err := readObjects(f)
 		if err != nil {
 			return err
 		}
 		for _, obj := range objs {
-			if err := c.Create(ctx, obj); err != nil {
-				return fmt.Errorf("%s: creating %s %s: %w", f, obj.GetKind(), obj.GetName(), err)
+			switch obj.GetKind() {
+			case "Namespace":
+				namespaces = append(namespaces, obj)
+			case "VirtualMachine", "VirtualMachineInstance":
+				vms = append(vms, vmDoc{obj, filepath.Base(f), !strings.HasPrefix(filepath.Base(f), "invalid")})
+			default:
+				others = append(others, obj)
 			}
-			say("    created %s %s", obj.GetKind(), key(obj))
-			if obj.GetKind() == "NetworkAttachmentDefinition" {
-				nads = append(nads, obj)
+		}
+	}
+	// VMs kvnet admits first, then the refusals.
+	slices.SortStableFunc(vms, func(a, b vmDoc) int {
+		switch {
+		case a.wantValid == b.wantValid:
+			return 0
+		case a.wantValid:
+			return -1
+		}
+		return 1
+	})
+	say("==> applying examples/: namespaces, the KubeVirt CR, NetworkAttachmentDefinitions")
+	var nads []*unstructured.Unstructured
+	for _, obj := range append(namespaces, others...) {
+		if err := ensureNamespace(ctx, c, obj.GetNamespace()); err != nil {
+			return err
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			if obj.GetKind() == "Namespace" && apierrors.IsAlreadyExists(err) {
+				continue
 			}
+			return fmt.Errorf("creating %s %s: %w", obj.GetKind(), key(obj), err)
+		}
+		say("    created %s %s", obj.GetKind(), key(obj))
+		if obj.GetKind() == "NetworkAttachmentDefinition" {
+			nads = append(nads, obj)
 		}
 	}
 	if err := waitNADsCached(ctx, c, nads); err != nil {
@@ -191,24 +233,22 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 
 	failures := 0
-	for _, f := range []struct {
-		file      string
-		wantValid bool
-	}{{"vms.yaml", true}, {"invalid.yaml", false}} {
-		say("\n==> examples/%s", f.file)
-		objs, err := readObjects(ex(f.file))
+	lastFile := ""
+	for _, vm := range vms {
+		if vm.file != lastFile {
+			say("\n==> examples/%s", vm.file)
+			lastFile = vm.file
+		}
+		if err := ensureNamespace(ctx, c, vm.obj.GetNamespace()); err != nil {
+			return err
+		}
+		ok, err := admit(ctx, c, warnings, vm.obj, out)
 		if err != nil {
 			return err
 		}
-		for _, obj := range objs {
-			ok, err := admit(ctx, c, warnings, obj, out)
-			if err != nil {
-				return err
-			}
-			if ok != f.wantValid {
-				failures++
-				fmt.Fprintf(out, "    !! expected %s to be %s\n", key(obj), map[bool]string{true: "admitted", false: "refused"}[f.wantValid])
-			}
+		if ok != vm.wantValid {
+			failures++
+			fmt.Fprintf(out, "    !! expected %s to be %s\n", key(vm.obj), map[bool]string{true: "admitted", false: "refused"}[vm.wantValid])
 		}
 	}
 	say("\n==> done: every VM above went through the real API server's admission chain into kvnet")
@@ -311,6 +351,19 @@ func key(o client.Object) string {
 		return o.GetName()
 	}
 	return o.GetNamespace() + "/" + o.GetName()
+}
+
+// ensureNamespace creates ns unless it is empty or exists (the KubeVirt CR
+// lives in a namespace examples/ does not declare).
+func ensureNamespace(ctx context.Context, c client.Client, ns string) error {
+	if ns == "" {
+		return nil
+	}
+	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	return nil
 }
 
 // registerWebhooks creates kvnet's two configurations, calling base by URL.
