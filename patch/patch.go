@@ -32,13 +32,14 @@ func Compute(raw, before, after []byte) ([]jsonpatch.Operation, error) {
 	}
 	out := ops[:0]
 	lifted := map[string]bool{}
+	idx := newRawIndex(raw)
 	for _, op := range ops {
 		segs := splitPointer(op.Path)
 		if len(segs) == 0 {
 			out = append(out, op)
 			continue
 		}
-		n, err := existingDepth(raw, segs[:len(segs)-1])
+		n, err := idx.depth(segs[:len(segs)-1])
 		if err != nil {
 			return nil, err
 		}
@@ -46,7 +47,7 @@ func Compute(raw, before, after []byte) ([]jsonpatch.Operation, error) {
 			if op.Operation == "replace" || op.Operation == "remove" {
 				// The typed marshal may hold a member raw lacks (a non-omitempty
 				// zero value): replacing it means adding it, removing it nothing.
-				if m, err := existingDepth(raw, segs); err != nil {
+				if m, err := idx.depth(segs); err != nil {
 					return nil, err
 				} else if m < len(segs) {
 					if op.Operation == "remove" {
@@ -77,20 +78,70 @@ func Compute(raw, before, after []byte) ([]jsonpatch.Operation, error) {
 	return out, nil
 }
 
-// existingDepth returns how many leading segments of segs exist in doc.
-func existingDepth(doc []byte, segs []string) (int, error) {
-	cur := json.RawMessage(doc)
+// rawIndex tells which paths exist in the raw object. Each object or list
+// of raw is decoded at most once, however many operations ask about it:
+// re-decoding the whole request per operation cost more than the diff.
+type rawIndex struct {
+	root    json.RawMessage
+	objects map[string]map[string]json.RawMessage // by JSON pointer
+	lists   map[string][]json.RawMessage
+}
+
+func newRawIndex(raw []byte) *rawIndex {
+	return &rawIndex{root: raw, objects: map[string]map[string]json.RawMessage{}, lists: map[string][]json.RawMessage{}}
+}
+
+// depth returns how many leading segments of segs exist in raw.
+func (x *rawIndex) depth(segs []string) (int, error) {
+	cur, prefix := x.root, ""
 	for i, s := range segs {
-		next, ok, err := child(cur, s)
+		next, ok, err := x.child(prefix, cur, s)
 		if err != nil {
 			return 0, err
 		}
 		if !ok {
 			return i, nil
 		}
-		cur = next
+		cur, prefix = next, prefix+joinPointer(segs[i:i+1])
 	}
 	return len(segs), nil
+}
+
+// child returns member or element seg of doc, the value at pointer prefix.
+func (x *rawIndex) child(prefix string, doc json.RawMessage, seg string) (json.RawMessage, bool, error) {
+	t := bytes.TrimLeft(doc, " \t\r\n")
+	if len(t) == 0 {
+		return nil, false, nil
+	}
+	switch t[0] {
+	case '{':
+		m, ok := x.objects[prefix]
+		if !ok {
+			if err := json.Unmarshal(t, &m); err != nil {
+				return nil, false, fmt.Errorf("patch: reading object: %w", err)
+			}
+			x.objects[prefix] = m
+		}
+		v, ok := m[seg]
+		if ok && string(bytes.TrimSpace(v)) == "null" {
+			return nil, false, nil
+		}
+		return v, ok, nil
+	case '[':
+		a, ok := x.lists[prefix]
+		if !ok {
+			if err := json.Unmarshal(t, &a); err != nil {
+				return nil, false, fmt.Errorf("patch: reading list: %w", err)
+			}
+			x.lists[prefix] = a
+		}
+		i, err := strconv.Atoi(seg)
+		if err != nil || i < 0 || i >= len(a) {
+			return nil, false, nil
+		}
+		return a[i], true, nil
+	}
+	return nil, false, nil
 }
 
 func valueAt(doc []byte, segs []string) (any, error) {
