@@ -381,8 +381,7 @@ func TestPersistentIPsVMLifecycle(t *testing.T) {
 	piDeleteAndWait(t, pod)
 	piDeleteAndWait(t, vmi)
 	// KubeVirt's VMI would be refused while a NAD it names is missing.
-	persistentNAD := fmt.Sprintf(piPersistentConfig, "doomed-net", ns+"/doomed")
-	createNAD(t, ns, "doomed", "", persistentNAD)
+	createNAD(t, ns, "doomed", "", fmt.Sprintf(piPersistentConfig, "doomed-net", ns+"/doomed"))
 	// Start: a new VMI and pod reference the very same claim.
 	vmi2 := piStartVMI(t, &curVM)
 	pod2 := piCreateLauncher(t, vmi2)
@@ -556,5 +555,72 @@ func TestPersistentIPsForeignClaimNotAdopted(t *testing.T) {
 	refs := piClaimRefs(t, piStoredPod(t, piCreateLauncher(t, piStartVMI(t, vm))))
 	if refs["tenant"] != "" || refs["other"] != "app.other" {
 		t.Fatalf("claim references = %v, want none for tenant and app.other for other", refs)
+	}
+}
+
+// A VM that asks for persistent IPs (kvnet.io/networks "persistentIPs":
+// true) on a NAD that does not allow them is refused with the annotation's
+// field path; a NAD that allows them but whose CNI cannot honour claims
+// gets a warning.
+func TestPersistentIPsValidation(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	createNAD(t, ns, "plain", "", fmt.Sprintf(bridgeConfig, "plain"))
+	createNAD(t, ns, "bridgy", "", `{"cniVersion":"0.4.0","name":"bridgy","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"host-local","subnet":"10.9.0.0/24"}}`)
+	piPersistentNAD(t, ns, "tenant", "tenant-net")
+
+	bad := piVmWithNetworks(ns, "bad")
+	bad.Annotations = map[string]string{"kvnet.io/networks": `[{"name":"plain","nad":"plain","persistentIPs":true}]`}
+	err := env.Client.Create(ctx, bad)
+	if got := causes(t, err); len(got) != 1 || got[0] != "metadata.annotations[kvnet.io/networks]" {
+		t.Fatalf("causes = %v, want the annotation", got)
+	}
+	if !strings.Contains(err.Error(), "allowPersistentIPs") {
+		t.Fatalf("error %q does not say what is missing", err)
+	}
+
+	good := piVmWithNetworks(ns, "good")
+	good.Annotations = map[string]string{"kvnet.io/networks": `[{"name":"tenant","nad":"tenant","persistentIPs":true}]`}
+	c, warnings := warningClient(t)
+	if err := c.Create(ctx, good); err != nil {
+		t.Fatalf("persistentIPs on a NAD that allows them: %v", err)
+	}
+	piWaitClaim(t, ns, "good.tenant", "VirtualMachine", "good", good.UID, "tenant-net", "tenant")
+	if w := warnings.all(); len(w) != 0 {
+		t.Fatalf("unexpected warnings %q", w)
+	}
+
+	risky := piVmWithNetworks(ns, "risky", [2]string{"bridgy", "bridgy"})
+	c2, warnings2 := warningClient(t)
+	if err := c2.Create(ctx, risky); err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(warnings2.all(), "\n"); !strings.Contains(w, "not known to honour IPAMClaims") {
+		t.Fatalf("warnings %q lack the IPAMClaim warning", w)
+	}
+}
+
+// persistentIPs.enabled: false stops references on new launcher pods (and
+// warns on VMs whose IP would have persisted). Not parallel: it swaps the
+// suite's config.
+func TestPersistentIPsDisabled(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	piPersistentNAD(t, ns, "tenant", "tenant-net")
+	restore, err := env.SetConfig(testConfig + "persistentIPs: {enabled: false}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restore()
+	vm := piVmWithNetworks(ns, "off", [2]string{"tenant", "tenant"})
+	c, warnings := warningClient(t)
+	if err := c.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(warnings.all(), "\n"); !strings.Contains(w, "persistent IPs are turned off") {
+		t.Fatalf("warnings %q lack the switched-off warning", w)
+	}
+	if refs := piClaimRefs(t, piStoredPod(t, piCreateLauncher(t, piStartVMI(t, vm)))); refs["tenant"] != "" {
+		t.Fatalf("claim reference %q added while the feature is off", refs["tenant"])
 	}
 }
