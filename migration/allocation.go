@@ -102,8 +102,10 @@ func ObjectName(pool string, a netip.Addr) string {
 	if a.Is6() {
 		s = a.StringExpanded()
 	}
-	return "kvnet-mig-" + short + "-" + strings.NewReplacer(".", "-", ":", "-").Replace(s)
+	return "kvnet-mig-" + short + "-" + nameReplacer.Replace(s)
 }
+
+var nameReplacer = strings.NewReplacer(".", "-", ":", "-")
 
 // CIDR is the address with its prefix length, as Multus wants it.
 func (a *Allocation) CIDR() string {

@@ -116,11 +116,11 @@ func (al *Allocator) Allocate(ctx context.Context, req Request) (*Allocation, er
 			}
 		}
 	}
-	cached, err := al.list(ctx, al.Cache, req.Pool.ID, nil)
+	used, err := usedAddresses(ctx, al.Cache, al.Namespace, req.Pool.ID)
 	if err != nil {
 		return nil, err
 	}
-	if got, err := al.createFree(ctx, req, cached); got != nil || err != nil {
+	if got, err := al.createFree(ctx, req, used); got != nil || err != nil {
 		return got, err
 	}
 	// The cache says the pool is full. Decide on the API server's word.
@@ -128,7 +128,7 @@ func (al *Allocator) Allocate(ctx context.Context, req Request) (*Allocation, er
 	if err != nil {
 		return nil, err
 	}
-	if got, err := al.createFree(ctx, req, live); got != nil || err != nil {
+	if got, err := al.createFree(ctx, req, usedSet(live)); got != nil || err != nil {
 		return got, err
 	}
 	counts := map[State]int{}
@@ -172,11 +172,10 @@ func (al *Allocator) Peek(ctx context.Context, req Request) (netip.Addr, bool, e
 			}
 		}
 	}
-	cached, err := al.list(ctx, al.Cache, req.Pool.ID, nil)
+	used, err := usedAddresses(ctx, al.Cache, al.Namespace, req.Pool.ID)
 	if err != nil {
 		return netip.Addr{}, false, err
 	}
-	used := usedSet(cached)
 	var found netip.Addr
 	req.Pool.Pool.Walk(startOffset(req.Token), func(a netip.Addr) bool {
 		if used[a] {
@@ -191,8 +190,7 @@ func (al *Allocator) Peek(ctx context.Context, req Request) (netip.Addr, bool, e
 // createFree walks the pool from an offset derived from the token (so that
 // concurrent admissions, in this process or another replica, start at
 // different places) and creates the first address no one holds.
-func (al *Allocator) createFree(ctx context.Context, req Request, known []*Allocation) (*Allocation, error) {
-	used := usedSet(known)
+func (al *Allocator) createFree(ctx context.Context, req Request, used map[netip.Addr]bool) (*Allocation, error) {
 	var got *Allocation
 	var failed error
 	attempts := 0
@@ -374,6 +372,22 @@ func listAllocations(ctx context.Context, r client.Reader, namespace, pool strin
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Address.Less(out[j].Address) })
 	return out, nil
+}
+
+// usedAddresses is the hot path's view of a pool: only which addresses have
+// an object, read from the allocations' data without parsing the rest.
+func usedAddresses(ctx context.Context, r client.Reader, namespace, pool string) (map[netip.Addr]bool, error) {
+	var cms corev1.ConfigMapList
+	if err := r.List(ctx, &cms, client.InNamespace(namespace), client.MatchingLabels{LabelPool: pool}); err != nil {
+		return nil, fmt.Errorf("listing migration address allocations in %s: %w", namespace, err)
+	}
+	used := make(map[netip.Addr]bool, len(cms.Items))
+	for i := range cms.Items {
+		if a, err := netip.ParseAddr(cms.Items[i].Data[keyAddress]); err == nil {
+			used[a] = true
+		}
+	}
+	return used, nil
 }
 
 func usedSet(as []*Allocation) map[netip.Addr]bool {
