@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +118,39 @@ func migEqual(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// The README's migration example parses, and the pool size its exhaustion
+// message quotes is the one kvnet computes.
+func TestReadmeMigrationExample(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "<!-- migration-networks:begin -->")
+	end := strings.Index(s, "<!-- migration-networks:end -->")
+	if start < 0 || end < start {
+		t.Fatal("README has no migration-networks section")
+	}
+	sec := s[start:end]
+	i := strings.Index(sec, "```yaml\n")
+	j := strings.Index(sec[i+8:], "```")
+	if i < 0 || j < 0 {
+		t.Fatal("the section has no yaml example")
+	}
+	c, err := Parse([]byte(sec[i+8:i+8+j]), "kvnet")
+	if err != nil {
+		t.Fatalf("README example: %v", err)
+	}
+	if c.Migration.InCluster == nil || c.Migration.CrossCluster == nil {
+		t.Fatal("the example must configure both networks")
+	}
+	p, err := c.Migration.InCluster.AddressPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "all " + p.Size().String() + " addresses"; !strings.Contains(sec, want) {
+		t.Fatalf("README quotes another pool size than %q", want)
+	}
 }
