@@ -134,6 +134,9 @@ func (al *Allocator) Allocate(ctx context.Context, req Request) (*Allocation, er
 	counts := map[State]int{}
 	for _, a := range live {
 		counts[a.State]++
+		if al.cacheSaysHeld(ctx, a, req.Pool.Timeout) {
+			continue // only candidates cost an API call
+		}
 		if a.State == StateIdle && a.Node != "" && a.Node != req.Node {
 			// Kept for a node that still exists; steal only a dead node's.
 			if exists, err := al.nodeExists(ctx, a.Node); err != nil || exists {
@@ -277,6 +280,22 @@ func (al *Allocator) holderGone(ctx context.Context, a *Allocation, timeout time
 		return reservationGone(a, pods, al.now(), timeout), nil
 	}
 	return false, nil
+}
+
+// cacheSaysHeld is a cheap first look, from the cache of labelled pods, at
+// whether an allocation's holder is live. Only "held" is trusted: "gone" is
+// confirmed by holderGone on the API server.
+func (al *Allocator) cacheSaysHeld(ctx context.Context, a *Allocation, timeout time.Duration) bool {
+	switch a.State {
+	case StateBound:
+		var pod corev1.Pod
+		err := al.Cache.Get(ctx, client.ObjectKey{Namespace: a.PodNamespace, Name: a.PodName}, &pod)
+		return err == nil && pod.UID == a.PodUID && Live(&pod)
+	case StateReserved:
+		pods, err := podsWithToken(ctx, al.Cache, a.PodNamespace, a.Reservation)
+		return err == nil && !reservationGone(a, pods, al.now(), timeout)
+	}
+	return false
 }
 
 // reservationGone: the pod that carries the reservation token exists but is

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -463,16 +466,46 @@ migration:
 	}
 	migWaitBound(t, migration.PoolInCluster, gone, pod)
 
-	// The operator's table shows every address with its node and pod.
-	var b strings.Builder
-	if err := migration.WriteTable(&b, migAllocations(t, migration.PoolInCluster), time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	// The operator's table (kvnet migration-ips, run as the CLI is) shows
+	// every address with its node and pod.
+	out := migRunCLI(t, "migration-ips", "-n", framework.KvnetNamespace)
 	for _, n := range []string{nodes[0], nodes[1], nodes[3], nodes[4]} {
-		if !strings.Contains(b.String(), byNodeOr(byNode, n, gone).String()+"/24") || !strings.Contains(b.String(), n) {
-			t.Fatalf("table lacks %s's row:\n%s", n, b.String())
+		row := ""
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, " "+n+" ") {
+				row = line
+			}
+		}
+		want := []string{"in-cluster", byNodeOr(byNode, n, gone).String() + "/24", "bound", ns + "/virt-handler-"}
+		for _, w := range want {
+			if !strings.Contains(row, w) {
+				t.Fatalf("kvnet migration-ips: %s's row %q lacks %q:\n%s", n, row, w, out)
+			}
 		}
 	}
+}
+
+// migRunCLI runs kvnet with args against the test API server, through a
+// kubeconfig file as an operator would, and returns its stdout.
+func migRunCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	user, err := env.Env.AddUser(envtest.User{Name: "mig-operator", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	if err := app.Run(context.Background(), append(args, "--kubeconfig", path), strings.NewReader(""), &stdout, &stderr); err != nil {
+		t.Fatalf("kvnet %v: %v\n%s", args, err, stderr.String())
+	}
+	return stdout.String()
 }
 
 func byNodeOr(m map[string]netip.Addr, n string, def netip.Addr) netip.Addr {
