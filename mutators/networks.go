@@ -101,6 +101,9 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.
 	if err := setBinding(ctx, req, &iface, n.Binding, n.NAD); err != nil {
 		return false, err
 	}
+	if err := keepPodNetwork(ctx, req); err != nil {
+		return false, err
+	}
 	req.Spec.Networks = append(req.Spec.Networks, kubevirtv1.Network{
 		Name:          n.Name,
 		NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n.NAD}},
@@ -112,6 +115,34 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.
 		markDefaultRoute(req, n.Name)
 	}
 	return true, nil
+}
+
+// keepPodNetwork writes out the pod network KubeVirt attaches by itself to a
+// VMI that declares no network and no interface (autoattachPodInterface):
+// once kvnet adds a network, KubeVirt would no longer attach it, and the VM
+// would silently lose its cluster network. The binding is the KubeVirt CR's
+// defaultNetworkInterface, bridge when unset or not visible, as in KubeVirt.
+func keepPodNetwork(ctx context.Context, req *chain.Request) error {
+	s := req.Spec
+	if len(s.Networks) > 0 || len(s.Domain.Devices.Interfaces) > 0 {
+		return nil
+	}
+	if a := s.Domain.Devices.AutoattachPodInterface; a != nil && !*a {
+		return nil
+	}
+	kv, err := req.Facts.KubeVirt(ctx)
+	if err != nil {
+		return err
+	}
+	iface := kubevirtv1.DefaultBridgeNetworkInterface()
+	if kv != nil && kv.Spec.Configuration.NetworkConfiguration != nil &&
+		kv.Spec.Configuration.NetworkConfiguration.NetworkInterface == string(kubevirtv1.MasqueradeInterface) {
+		iface = kubevirtv1.DefaultMasqueradeNetworkInterface()
+	}
+	s.Networks = append(s.Networks, *kubevirtv1.DefaultPodNetwork())
+	s.Domain.Devices.Interfaces = append(s.Domain.Devices.Interfaces, *iface)
+	req.Record(NetworkInjector{}.Name(), "", iface.Name)
+	return nil
 }
 
 func markDefaultRoute(req *chain.Request, network string) {
