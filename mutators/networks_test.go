@@ -11,6 +11,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/lookup"
 	"github.com/kvnet/kvnet/mutators"
 )
 
@@ -65,6 +66,7 @@ func TestNetworkInjector(t *testing.T) {
 		wantRecord []chain.Change
 		wantDR     []string // networks marked for the default route
 		wantErr    string   // field path of a 422 cause
+		kubevirt   *kubevirtv1.KubeVirt
 	}
 	podOnly := `
 metadata: {name: vm1%s}
@@ -215,6 +217,32 @@ spec:
 			wantIfaces: []string{"storage:sriov"},
 			wantRecord: []chain.Change{{Mutator: "networks", Rule: "prod-storage", Networks: []string{"storage"}}},
 		},
+		"a VM without networks keeps the pod network KubeVirt would attach": {
+			vm:         "metadata: {name: vm1, annotations: {kvnet.io/networks: vd@dp}}\nspec: {template: {spec: {domain: {devices: {}}}}}",
+			config:     "{}",
+			wantNets:   []string{"default=pod", "dp=vd"},
+			wantIfaces: []string{"default:bridge", "dp:plugin:vdpa"},
+			wantRecord: []chain.Change{{Mutator: "networks", Networks: []string{"default"}}, {Mutator: "networks", Rule: "kvnet.io/networks", Networks: []string{"dp"}}},
+		},
+		"the kept pod network binds as the KubeVirt CR's defaultNetworkInterface": {
+			vm:         "metadata: {name: vm1, annotations: {kvnet.io/networks: br}}\nspec: {template: {spec: {domain: {devices: {}}}}}",
+			config:     "{}",
+			kubevirt:   &kubevirtv1.KubeVirt{Spec: kubevirtv1.KubeVirtSpec{Configuration: kubevirtv1.KubeVirtConfiguration{NetworkConfiguration: &kubevirtv1.NetworkConfiguration{NetworkInterface: "masquerade"}}}},
+			wantNets:   []string{"default=pod", "br=br"},
+			wantIfaces: []string{"default:masquerade", "br:bridge"},
+			wantRecord: []chain.Change{{Mutator: "networks", Networks: []string{"default"}}, {Mutator: "networks", Rule: "kvnet.io/networks", Networks: []string{"br"}}},
+		},
+		"autoattachPodInterface false: no pod network": {
+			vm:         "metadata: {name: vm1, annotations: {kvnet.io/networks: br}}\nspec: {template: {spec: {domain: {devices: {autoattachPodInterface: false}}}}}",
+			config:     "{}",
+			wantNets:   []string{"br=br"},
+			wantIfaces: []string{"br:bridge"},
+			wantRecord: []chain.Change{{Mutator: "networks", Rule: "kvnet.io/networks", Networks: []string{"br"}}},
+		},
+		"nothing to add: no pod network either": {
+			vm:     "metadata: {name: vm1}\nspec: {template: {spec: {domain: {devices: {}}}}}",
+			config: "{}",
+		},
 		"malformed annotation is the user's error on the annotation": {
 			vm:      vm(", annotations: {kvnet.io/networks: 'a/b/c'}"),
 			wantErr: "metadata.annotations[kvnet.io/networks]",
@@ -233,6 +261,9 @@ spec:
 			_, req := vmRequest(t, c.vm, mustConfig(t, cfgYAML))
 			if c.namespace != "" {
 				req.Namespace = c.namespace
+			}
+			if c.kubevirt != nil {
+				req.Facts.(*lookup.Static).KubeVirtCR = c.kubevirt
 			}
 			err := mutators.NetworkInjector{}.Mutate(context.Background(), req)
 			if c.wantErr != "" {
