@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -46,6 +47,10 @@ func (h *PodMutator) Handle(ctx context.Context, req admission.Request) (resp ad
 	}
 	if len(req.Object.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the request carries no pod"))
+	}
+	// json.Unmarshal takes null for an empty pod; a patch for it would not apply.
+	if t := bytes.TrimLeft(req.Object.Raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the request's pod is not a JSON object"))
 	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
