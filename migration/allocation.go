@@ -107,6 +107,38 @@ func ObjectName(pool string, a netip.Addr) string {
 
 var nameReplacer = strings.NewReplacer(".", "-", ":", "-")
 
+// ParseObjectName inverts ObjectName: the pool and address an allocation
+// object name stands for.
+func ParseObjectName(name string) (pool string, a netip.Addr, ok bool) {
+	rest, found := strings.CutPrefix(name, "kvnet-mig-")
+	if !found || len(rest) < 3 {
+		return "", netip.Addr{}, false
+	}
+	switch rest[:3] {
+	case "ic-":
+		pool = PoolInCluster
+	case "cc-":
+		pool = PoolCrossCluster
+	default:
+		return "", netip.Addr{}, false
+	}
+	parts := strings.Split(rest[3:], "-")
+	var s string
+	switch len(parts) {
+	case 4:
+		s = strings.Join(parts, ".")
+	case 8:
+		s = strings.Join(parts, ":")
+	default:
+		return "", netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || ObjectName(pool, a) != name {
+		return "", netip.Addr{}, false
+	}
+	return pool, a, true
+}
+
 // CIDR is the address with its prefix length, as Multus wants it.
 func (a *Allocation) CIDR() string {
 	return netip.PrefixFrom(a.Address, a.PrefixLength).String()

@@ -85,8 +85,10 @@ func CheckCluster(ctx context.Context, r client.Reader, m *config.Migration) (fi
 }
 
 // holderReplicas sums the replicas of the Deployments whose pods the
-// cross-cluster selector picks.
+// cross-cluster selector picks, in the NAD's namespace: the holders attach
+// the NAD, so they live where it does (KubeVirt's namespace).
 func holderReplicas(ctx context.Context, r client.Reader, cc *config.CrossClusterMigration) (int64, error) {
+	ns, _, _ := strings.Cut(cc.NAD, "/")
 	sel := config.DefaultCrossClusterSelector
 	if cc.PodSelector != nil {
 		sel = cc.PodSelector
@@ -96,8 +98,8 @@ func holderReplicas(ctx context.Context, r client.Reader, cc *config.CrossCluste
 		return 0, err
 	}
 	var deps appsv1.DeploymentList
-	if err := r.List(ctx, &deps); err != nil {
-		return 0, fmt.Errorf("listing Deployments: %w", err)
+	if err := r.List(ctx, &deps, client.InNamespace(ns)); err != nil {
+		return 0, fmt.Errorf("listing Deployments in %s: %w", ns, err)
 	}
 	var n int64
 	for _, d := range deps.Items {

@@ -48,7 +48,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	log := logf.FromContext(ctx).WithValues("allocation", req.Name)
 	var cm corev1.ConfigMap
 	if err := r.Cache.Get(ctx, req.NamespacedName, &cm); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, r.adopt(ctx, req.Name)
+		}
+		return reconcile.Result{}, err
 	}
 	a, err := FromConfigMap(&cm)
 	if err != nil {
@@ -237,4 +240,56 @@ func ignoreRace(err error) error {
 		return nil
 	}
 	return err
+}
+
+// adopt recreates the allocation of an address that a live pod carries but
+// that has no object (deleted by hand, or lost with a namespace): without it
+// the address would look free and could be given to a second pod.
+func (r *Reconciler) adopt(ctx context.Context, name string) error {
+	pool, addr, ok := ParseObjectName(name)
+	if !ok || !r.inPool(&Allocation{Pool: pool, Address: addr}) {
+		return nil // pod events enqueue both pools' names; only one is real
+	}
+	var pods corev1.PodList
+	if err := r.Cache.List(ctx, &pods, client.HasLabels{LabelReservation}); err != nil {
+		return err
+	}
+	var holders []*corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; Live(p) && Holds(p, addr) {
+			holders = append(holders, p)
+		}
+	}
+	if len(holders) == 0 {
+		return nil
+	}
+	// Confirm on the API server: the object may exist and the cache lag.
+	var cm corev1.ConfigMap
+	if err := r.API.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, &cm); err == nil || !apierrors.IsNotFound(err) {
+		return client.IgnoreNotFound(err)
+	}
+	p := holders[0]
+	if len(holders) > 1 && r.Recorder != nil {
+		for _, h := range holders {
+			r.Recorder.Eventf(h, corev1.EventTypeWarning, "MigrationAddressConflict", "%d live pods carry migration address %s; kvnet records %s/%s as its holder", len(holders), addr, p.Namespace, p.Name)
+		}
+	}
+	bits := addr.BitLen()
+	for _, e := range PodPrefixes(p) {
+		if e.Addr() == addr {
+			bits = e.Bits()
+		}
+	}
+	a := &Allocation{
+		Pool: pool, Address: addr, PrefixLength: bits, State: StateBound,
+		Reservation: p.Labels[LabelReservation], PodNamespace: p.Namespace, PodName: p.Name, PodUID: p.UID,
+	}
+	if pool == PoolInCluster {
+		a.Node = NodeOf(p)
+	}
+	if err := r.Client.Create(ctx, a.ToConfigMap(r.Namespace)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("re-creating the allocation of %s held by %s/%s: %w", addr, p.Namespace, p.Name, err)
+	}
+	logf.FromContext(ctx).Info("re-created a missing allocation for the pod that holds it", "address", addr, "pod", p.Namespace+"/"+p.Name)
+	return nil
 }

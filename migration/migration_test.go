@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
@@ -394,4 +395,53 @@ migration:
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestParseObjectName(t *testing.T) {
+	for _, s := range []string{"10.0.0.5", "fd00::1:0", "fd00::10", "::"} {
+		for _, pool := range []string{PoolInCluster, PoolCrossCluster} {
+			a := netip.MustParseAddr(s)
+			p, got, ok := ParseObjectName(ObjectName(pool, a))
+			if !ok || p != pool || got != a {
+				t.Fatalf("%s %s: got %s %s %v", pool, s, p, got, ok)
+			}
+		}
+	}
+	for _, bad := range []string{"kvnet-mig-xx-10-0-0-5", "kvnet-mig-ic-10-0-0", "kvnet-mig-ic-10-0-0-500", "other"} {
+		if _, _, ok := ParseObjectName(bad); ok {
+			t.Fatalf("%q parsed", bad)
+		}
+	}
+}
+
+// An allocation deleted by hand while its pod lives is re-created, bound to
+// that pod, in the right pool only.
+func TestReconcileAdoptsMissingAllocation(t *testing.T) {
+	cfg := mustConfig(t, bothNetworks)
+	pod := handlerPod("n1", `[{"name":"migration","namespace":"kubevirt","interface":"migration0","ips":["10.0.0.3/29"]}]`)
+	pod.Name, pod.UID = "virt-handler-x", "uid-x"
+	pod.Labels[LabelReservation] = "tok"
+	c := newFake(t, pod)
+	r := &Reconciler{Namespace: testNS, Cache: c, API: c, Client: c, Config: config.Static(cfg)}
+	ctx := context.Background()
+	addr := netip.MustParseAddr("10.0.0.3")
+	for _, pool := range []string{PoolCrossCluster, PoolInCluster} {
+		if _, err := r.Reconcile(ctx, reconcileRequest(ObjectName(pool, addr))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := AllocationOf(ctx, c, testNS, PoolCrossCluster, addr); !apierrors.IsNotFound(err) {
+		t.Fatalf("an in-cluster address was adopted into the cross-cluster pool: %v", err)
+	}
+	a, err := AllocationOf(ctx, c, testNS, PoolInCluster, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.State != StateBound || a.PodUID != "uid-x" || a.Node != "n1" || a.PrefixLength != 29 {
+		t.Fatalf("adopted %+v", *a)
+	}
+}
+
+func reconcileRequest(name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: client.ObjectKey{Namespace: testNS, Name: name}}
 }

@@ -57,17 +57,27 @@ func Holds(pod *corev1.Pod, a netip.Addr) bool {
 
 // PodAddresses lists every static address in the pod's Multus selection.
 func PodAddresses(pod *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range PodPrefixes(pod) {
+		out = append(out, p.Addr())
+	}
+	return out
+}
+
+// PodPrefixes lists every static address in the pod's Multus selection with
+// its prefix length (a bare address counts as a host prefix).
+func PodPrefixes(pod *corev1.Pod) []netip.Prefix {
 	elems, err := multus.Parse(pod.Annotations[multus.NetworksAnnotation])
 	if err != nil {
 		return nil
 	}
-	var out []netip.Addr
+	var out []netip.Prefix
 	for _, e := range elems {
 		for _, s := range elementIPs(e) {
 			if p, err := netip.ParsePrefix(s); err == nil {
-				out = append(out, p.Addr())
+				out = append(out, p)
 			} else if a, err := netip.ParseAddr(s); err == nil {
-				out = append(out, a)
+				out = append(out, netip.PrefixFrom(a, a.BitLen()))
 			}
 		}
 	}
