@@ -28,8 +28,9 @@ const DomainAnnotation = "kubevirt.io/domain"
 // It runs on pod CREATE and UPDATE (KubeVirt rewrites the annotation for NIC
 // hotplug) and is idempotent. It reads the VMI and the claims from informer
 // caches; only a VMI the cache does not have yet (the pod can be admitted
-// before the VMI informer catches up) is read from the API server, once,
-// instead of sleeping and retrying.
+// before the VMI informer catches up), or whose cached copy lacks a network
+// the pod names (a hotplug the informer has not delivered), is read from the
+// API server, once, instead of sleeping and retrying.
 //
 // The reference is added by name even when the claim is not in the cache
 // yet: the controller creates it right after the VM, and the IPAM plugin
@@ -68,12 +69,20 @@ func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		req.Warn("kvnet cannot read %s, so no IPAMClaim is referenced: %v", multus.NetworksAnnotation, err)
 		return nil
 	}
-	vmi, err := m.vmi(ctx, req.Namespace, vmiName)
+	vmi, cached, err := m.vmi(ctx, req.Namespace, vmiName, false)
 	if err != nil || vmi == nil {
 		return err
 	}
-	owner := persistentips.OwnerOf(vmi)
 	byIface, byOrdinal := interfaceIndex(vmi.Spec.Networks)
+	if cached && unknownInterface(elems, byIface, byOrdinal) && m.API != nil {
+		// NIC hotplug: KubeVirt adds the network to the VMI, then rewrites
+		// the pod annotation; the cache may not have the new VMI yet.
+		if vmi, _, err = m.vmi(ctx, req.Namespace, vmiName, true); err != nil || vmi == nil {
+			return err
+		}
+		byIface, byOrdinal = interfaceIndex(vmi.Spec.Networks)
+	}
+	owner := persistentips.OwnerOf(vmi)
 	changed := false
 	for i, e := range elems {
 		net := matchNetwork(req.Namespace, e, vmi.Spec.Networks, byIface, byOrdinal)
@@ -141,24 +150,39 @@ func (m ClaimRefs) reference(ctx context.Context, req *chain.PodRequest, owner p
 }
 
 // vmi reads the VMI from the cache, or from the API server when the cache
-// has not seen it yet. A VMI that does not exist means the pod is not a
-// launcher kvnet can help; it is left alone.
-func (m ClaimRefs) vmi(ctx context.Context, namespace, name string) (*kubevirtv1.VirtualMachineInstance, error) {
+// has not seen it yet (or uncached is set: the cached copy is older than the
+// pod). cached reports where it came from. A VMI that does not exist means
+// the pod is not a launcher kvnet can help; it is left alone.
+func (m ClaimRefs) vmi(ctx context.Context, namespace, name string, uncached bool) (vmi *kubevirtv1.VirtualMachineInstance, cached bool, err error) {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
-	vmi := &kubevirtv1.VirtualMachineInstance{}
-	err := m.Cache.Get(ctx, key, vmi)
-	if apierrors.IsNotFound(err) && m.API != nil {
-		logf.FromContext(ctx).V(1).Info("VMI not in the cache yet; reading it from the API server", "vmi", name)
+	vmi = &kubevirtv1.VirtualMachineInstance{}
+	if !uncached {
+		err = m.Cache.Get(ctx, key, vmi)
+		cached = err == nil
+	}
+	if (uncached || apierrors.IsNotFound(err)) && m.API != nil {
+		logf.FromContext(ctx).V(1).Info("reading the VMI from the API server: the cache does not have it or has an older copy", "vmi", name)
 		err = m.API.Get(ctx, key, vmi)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
 		logf.FromContext(ctx).V(1).Info("launcher pod's VMI does not exist; no IPAMClaim references", "vmi", name)
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", namespace, name, err)
+		return nil, false, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", namespace, name, err)
 	}
-	return vmi, nil
+	return vmi, cached, nil
+}
+
+// unknownInterface reports whether an element names a pod interface that no
+// network of the VMI maps to.
+func unknownInterface(elems []*multus.Element, byIface, byOrdinal map[string]*kubevirtv1.Network) bool {
+	for _, e := range elems {
+		if iface := e.Interface(); iface != "" && byIface[iface] == nil && byOrdinal[iface] == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // interfaceIndex maps the pod interface names KubeVirt may have used for

@@ -119,6 +119,8 @@ func TestClaimRefs(t *testing.T) {
 	standalone := crVMI()
 	standalone.OwnerReferences = nil
 	standalone.Name = "solo"
+	hotVMI := crVMI()
+	hotVMI.Spec.Networks = append(hotVMI.Spec.Networks, kubevirtv1.Network{Name: "hot", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "blue"}}})
 	off := config.Config{}.Default("")
 	off.PersistentIPs.Enabled = ptr.To(false)
 
@@ -139,6 +141,10 @@ func TestClaimRefs(t *testing.T) {
 		"VMI not cached yet is read through the API": {
 			networks: crElems("blue"), cache: crClient(), api: crClient(crVMI()),
 			wantRefs: []string{"web.blue"},
+		},
+		"hotplugged network missing from the cached VMI: re-read through the API": {
+			networks: crElems("blue", "hot"), cache: crClient(crVMI()), api: crClient(hotVMI),
+			wantRefs: []string{"web.blue", "web.hot"},
 		},
 		"no VMI anywhere: left alone": {
 			networks: crElems("blue"), cache: crClient(), api: crClient(), unchanged: true,
