@@ -196,8 +196,8 @@ spec:
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(&standalone), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Spec.Networks) != 1 || got.Spec.Networks[0].Name != "storage" {
-		t.Fatalf("standalone VMI networks = %+v, want storage", got.Spec.Networks)
+	if len(got.Spec.Networks) != 2 || got.Spec.Networks[0].Pod == nil || got.Spec.Networks[1].Name != "storage" {
+		t.Fatalf("standalone VMI networks = %+v, want the implicit pod network written out, then storage", got.Spec.Networks)
 	}
 
 	var owned kubevirtv1.VirtualMachineInstance

@@ -55,7 +55,9 @@ spec:
 	}
 }
 
-// Two default routes cannot both win: refused at the second annotation.
+// Two default routes cannot both win. Asked twice in one annotation, the
+// annotation is refused; asked once by kvnet while the owner wrote another by
+// hand, the validator refuses the second annotation.
 func TestTwoDefaultRoutesRefused(t *testing.T) {
 	ns := newNamespace(t, nil)
 	createNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
@@ -73,6 +75,26 @@ spec:
       domain:
         devices: {}
         resources: {requests: {memory: 1Gi}}
+`)
+	hasCause(t, err, "metadata.annotations[kvnet.io/networks]", "only one network may carry the default route")
+
+	_, err = createVM(t, env.Client, ns, `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: web2
+  annotations:
+    kvnet.io/networks: '[{"name":"b","nad":"ovn-b","defaultRoute":true}]'
+spec:
+  template:
+    metadata:
+      annotations: {ovn-a.`+ns+`.ovn.kubernetes.io/default_route: "true"}
+    spec:
+      domain:
+        devices:
+          interfaces: [{name: a, bridge: {}}]
+        resources: {requests: {memory: 1Gi}}
+      networks: [{name: a, multus: {networkName: ovn-a}}]
 `)
 	hasCause(t, err, "spec.template.metadata.annotations[ovn-b."+ns+".ovn.kubernetes.io/default_route]", "only one network may carry the default route")
 }

@@ -38,8 +38,10 @@ func TestVDPAAttachmentSpecAndWarning(t *testing.T) {
 	}
 	spec := getVM(t, ns, "dpdk").Spec.Template.Spec
 	ifaces := spec.Domain.Devices.Interfaces
-	if len(ifaces) != 1 || ifaces[0].Binding == nil || ifaces[0].Binding.Name != "vdpa" {
-		t.Fatalf("interfaces = %+v, want dataplane bound by plugin vdpa", ifaces)
+	// The VM declared no network, so KubeVirt would have attached the pod
+	// network by itself: kvnet writes it out before adding dataplane.
+	if len(ifaces) != 2 || ifaces[0].Name != "default" || ifaces[1].Binding == nil || ifaces[1].Binding.Name != "vdpa" {
+		t.Fatalf("interfaces = %+v, want default + dataplane bound by plugin vdpa", ifaces)
 	}
 	if m := spec.Domain.Memory; m == nil || m.ReservedOverhead == nil || m.ReservedOverhead.MemLock == nil || *m.ReservedOverhead.MemLock != kubevirtv1.MemLockRequired {
 		t.Fatalf("memory = %+v, want reservedOverhead.memLock Required", spec.Domain.Memory)
@@ -79,7 +81,7 @@ func TestVDPARefusals(t *testing.T) {
 		setKubeVirt(t, kubevirtv1.KubeVirtSpec{})
 		defer setKubeVirt(t, vdpaKubeVirt(false))
 		_, err := createVM(t, env.Client, ns, strings.Replace(vdpaVM, "name: dpdk", "name: noplugin", 1))
-		hasCause(t, err, "spec.template.spec.domain.devices.interfaces[0].binding.name", "declares no network binding plugin")
+		hasCause(t, err, "spec.template.spec.domain.devices.interfaces[1].binding.name", "declares no network binding plugin")
 	})
 	t.Run("plugin without device-info", func(t *testing.T) {
 		spec := vdpaKubeVirt(false)
@@ -89,7 +91,7 @@ func TestVDPARefusals(t *testing.T) {
 		setKubeVirt(t, spec)
 		defer setKubeVirt(t, vdpaKubeVirt(false))
 		_, err := createVM(t, env.Client, ns, strings.Replace(vdpaVM, "name: dpdk", "name: nodeviceinfo", 1))
-		hasCause(t, err, "spec.template.spec.domain.devices.interfaces[0].binding.name", "device-info")
+		hasCause(t, err, "spec.template.spec.domain.devices.interfaces[1].binding.name", "device-info")
 	})
 	t.Run("memLock NotRequired", func(t *testing.T) {
 		setKubeVirt(t, vdpaKubeVirt(true))
