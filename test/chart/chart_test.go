@@ -36,6 +36,7 @@ import (
 
 var (
 	cl      client.Client
+	testEnv *envtest.Environment
 	helmBin string
 	chart   = filepath.Join(framework.RepoRoot(), "charts", "kvnet")
 )
@@ -78,6 +79,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = te.Stop() }()
+	testEnv = te
 	if cl, err = client.New(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -1,0 +1,177 @@
+package chart
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+)
+
+// kvnet, started with exactly the arguments the chart's Deployment gives it
+// and authenticated as the chart's ServiceAccount (by impersonation, on an
+// API server that enforces RBAC), becomes ready: its informers sync, it
+// creates its Secret, injects the CA into both webhook configurations and
+// wins the leader Lease. A verb missing from the chart's RBAC fails here,
+// not in a customer's cluster.
+func TestChartRBACIsEnoughToRunKvnet(t *testing.T) {
+	ctx := t.Context()
+	c := chartCase{release: "rbac", namespace: "rbac-system"}
+	objs := render(t, c)
+	install(t, c, objs)
+	const fullname = "rbac-kvnet"
+
+	var dep appsv1.Deployment
+	decodeKind(t, objs, "Deployment", &dep)
+	var cm corev1.ConfigMap
+	decodeKind(t, objs, "ConfigMap", &cm)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cm.Data["config.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe := freePort(t)
+	args := append([]string{}, dep.Spec.Template.Spec.Containers[0].Args...)
+	// Only where things live on this machine changes; later flags win.
+	args = append(args,
+		"--config="+cfgPath, "--cert-dir="+filepath.Join(dir, "certs"),
+		fmt.Sprintf("--webhook-port=%d", freePort(t)), "--webhook-host=127.0.0.1",
+		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
+	)
+	sa := dep.Spec.Template.Spec.ServiceAccountName
+	t.Setenv("KUBECONFIG", impersonatingKubeconfig(t, "system:serviceaccount:"+c.namespace+":"+sa,
+		"system:serviceaccounts", "system:serviceaccounts:"+c.namespace, "system:authenticated"))
+	t.Setenv("POD_NAMESPACE", c.namespace)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(runCtx, args, strings.NewReader(""), os.Stdout, os.Stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("kvnet: %v", err)
+		}
+	})
+
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", probe)
+	wait(t, "kvnet to become ready as the chart's ServiceAccount", 2*time.Minute, done, func() error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	wait(t, "the CA bundle in both webhook configurations", time.Minute, done, func() error {
+		var m admissionregv1.MutatingWebhookConfiguration
+		var v admissionregv1.ValidatingWebhookConfiguration
+		if err := cl.Get(ctx, client.ObjectKey{Name: fullname}, &m); err != nil {
+			return err
+		}
+		if err := cl.Get(ctx, client.ObjectKey{Name: fullname}, &v); err != nil {
+			return err
+		}
+		for _, w := range m.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				return fmt.Errorf("%s has no CA bundle", w.Name)
+			}
+		}
+		for _, w := range v.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				return fmt.Errorf("%s has no CA bundle", w.Name)
+			}
+		}
+		return nil
+	})
+	wait(t, "the leader Lease", time.Minute, done, func() error {
+		var l coordinationv1.Lease
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname}, &l); err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return fmt.Errorf("lease has no holder")
+		}
+		return nil
+	})
+	var secret corev1.Secret
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname + "-webhook-cert"}, &secret); err != nil {
+		t.Fatalf("kvnet's Secret: %v", err)
+	}
+}
+
+// impersonatingKubeconfig is an admin kubeconfig for the test API server
+// that acts as user with groups: RBAC decides as it would for that user.
+func impersonatingKubeconfig(t *testing.T, user string, groups ...string) string {
+	t.Helper()
+	admin, err := testEnv.AddUser(envtest.User{Name: "chart-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := admin.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.Load(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kc.AuthInfos {
+		ai.Impersonate, ai.ImpersonateGroups = user, groups
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// wait polls cond until it holds, kvnet exits, or the deadline (which only
+// turns a hang into a message) passes.
+func wait(t *testing.T, what string, deadline time.Duration, exited <-chan error, cond func() error) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		select {
+		case e := <-exited:
+			t.Fatalf("kvnet exited while waiting for %s: %v", what, e)
+		default:
+		}
+		if time.Now().After(end) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
