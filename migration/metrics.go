@@ -2,7 +2,7 @@ package migration
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,9 +34,39 @@ var (
 )
 
 // gauges computes the pool gauges at scrape time from the allocation cache
-// of the capability that started last, so they are never stale and need no
-// bookkeeping on every write.
-type gauges struct{ cur atomic.Pointer[gaugeSource] }
+// of a running capability, so they are never stale and need no bookkeeping
+// on every write. A process normally runs one; tests run a second replica,
+// which must not leave its stopped cache behind as the source.
+type gauges struct {
+	mu      sync.Mutex
+	sources []*gaugeSource
+}
+
+// run makes src the source while ctx (a manager's lifetime) lasts.
+func (g *gauges) run(ctx context.Context, src *gaugeSource) error {
+	g.mu.Lock()
+	g.sources = append(g.sources, src)
+	g.mu.Unlock()
+	<-ctx.Done()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, s := range g.sources {
+		if s == src {
+			g.sources = append(g.sources[:i], g.sources[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
+func (g *gauges) current() *gaugeSource {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.sources) == 0 {
+		return nil
+	}
+	return g.sources[0]
+}
 
 type gaugeSource struct {
 	reader    client.Reader
@@ -58,7 +88,7 @@ func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g *gauges) Collect(ch chan<- prometheus.Metric) {
-	src := g.cur.Load()
+	src := g.current()
 	if src == nil {
 		return
 	}

@@ -163,7 +163,10 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 	if err := mgr.Add(&Checker{Reader: mgr.GetAPIReader(), Config: cfg, Log: mgr.GetLogger().WithName("migration-check")}); err != nil {
 		return nil, err
 	}
-	poolGauges.cur.Store(&gaugeSource{reader: c, namespace: namespace, config: cfg})
+	src := &gaugeSource{reader: c, namespace: namespace, config: cfg}
+	if err := mgr.Add(everyReplicaFunc(func(ctx context.Context) error { return poolGauges.run(ctx, src) })); err != nil {
+		return nil, err
+	}
 	return capb, nil
 }
 
@@ -173,6 +176,13 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 type everyReplica struct{ cache.Cache }
 
 func (everyReplica) NeedLeaderElection() bool { return false }
+
+// everyReplicaFunc is a function runnable that runs on followers too.
+type everyReplicaFunc func(context.Context) error
+
+func (f everyReplicaFunc) Start(ctx context.Context) error { return f(ctx) }
+
+func (everyReplicaFunc) NeedLeaderElection() bool { return false }
 
 // AllocationOf is the allocation of one address, for tests and the CLI.
 func AllocationOf(ctx context.Context, r client.Reader, namespace, pool string, a netip.Addr) (*Allocation, error) {

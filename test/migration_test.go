@@ -433,6 +433,15 @@ migration:
 	if n := len(migAllocations(t, migration.PoolInCluster)); n != 4 {
 		t.Fatalf("%d allocations after the denial, want the 4 of the live pods", n)
 	}
+	if size := migCounter(t, "kvnet_migration_pool_size", map[string]string{"pool": "in-cluster"}); size != 4 {
+		t.Fatalf("kvnet_migration_pool_size{in-cluster} = %v, want 4", size)
+	}
+	migEventually(t, "kvnet_migration_pool_used{in-cluster} = 4", 30*time.Second, func() error {
+		if used := migCounter(t, "kvnet_migration_pool_used", map[string]string{"pool": "in-cluster"}); used != 4 {
+			return fmt.Errorf("%v", used)
+		}
+		return nil
+	})
 	migEventually(t, "MigrationPoolExhausted event on the DaemonSet", 30*time.Second, func() error {
 		var evs corev1.EventList
 		if err := env.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
