@@ -53,7 +53,8 @@ func TestReadFiles(t *testing.T) {
 	}
 }
 
-// Admit runs mutation then validation; other kinds are not admitted; a
+// Admit runs mutation then validation (the VM keeps its implicit pod network
+// as networks[0]); other kinds are not admitted; a
 // namespace-less VM lands in the admitter's namespace.
 func TestAdmit(t *testing.T) {
 	cfg := config.Config{}.Default("")
@@ -72,7 +73,7 @@ func TestAdmit(t *testing.T) {
 	if res.Mutated == nil || !strings.Contains(string(res.Mutated), `"missing"`) {
 		t.Errorf("not mutated: %s", res.Mutated)
 	}
-	if !strings.Contains(res.Denied, "Not found") || !strings.Contains(res.Denied, "networks[0].multus.networkName") {
+	if !strings.Contains(res.Denied, "Not found") || !strings.Contains(res.Denied, "spec.template.spec.networks[1].multus.networkName") {
 		t.Errorf("denied = %q, want the missing NAD", res.Denied)
 	}
 	res, _, _ = a.Admit(ctx, offline.Doc{Source: "y", Kind: "VirtualMachine", Raw: []byte(
