@@ -29,13 +29,15 @@ import (
 	"github.com/kvnet/kvnet/lookup"
 )
 
-// KubeVirt's launcher-pod metadata, which tells which VMI a pod runs.
+// KubeVirt's launcher-pod metadata (which VMI a pod runs), the cache
+// indexes, and the controller's event reasons and delays.
 const (
 	launcherLabel       = "kubevirt.io"
 	launcherValue       = "virt-launcher"
 	createdByLabel      = "kubevirt.io/created-by" // the VMI's UID
 	domainAnnotation    = "kubevirt.io/domain"     // the VMI's name
 	ownerIndex          = "kvnet.io/ipamclaim-controller"
+	nadIndex            = "kvnet.io/nads"
 	kindVM              = "VirtualMachine"
 	kindVMI             = "VirtualMachineInstance"
 	waitForGC           = 10 * time.Second
@@ -73,6 +75,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) 
 		return nil
 	}); err != nil {
 		return fmt.Errorf("indexing IPAMClaims by owner: %w", err)
+	}
+	for _, obj := range []client.Object{&kubevirtv1.VirtualMachine{}, &kubevirtv1.VirtualMachineInstance{}} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, nadIndex, nadRefs); err != nil {
+			return fmt.Errorf("indexing %T by NAD: %w", obj, err)
+		}
 	}
 	pods, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(),
@@ -124,37 +131,49 @@ func launcherVMI(_ context.Context, p *corev1.Pod) []reconcile.Request {
 	return nil
 }
 
+// nadRefs indexes VMs and VMIs by the NADs ("ns/name") their Multus
+// networks attach.
+func nadRefs(o client.Object) []string {
+	var nets []kubevirtv1.Network
+	switch v := o.(type) {
+	case *kubevirtv1.VirtualMachine:
+		if v.Spec.Template != nil {
+			nets = v.Spec.Template.Spec.Networks
+		}
+	case *kubevirtv1.VirtualMachineInstance:
+		nets = v.Spec.Networks
+	}
+	var out []string
+	for _, n := range nets {
+		if n.Multus == nil {
+			continue
+		}
+		if ns, name, err := config.SplitNAD(n.Multus.NetworkName, o.GetNamespace()); err == nil {
+			out = append(out, ns+"/"+name)
+		}
+	}
+	return out
+}
+
 // usersOfNAD enqueues every VM and VMI that attaches a NAD, so a VM created
 // before its NAD (or before the NAD allowed persistent IPs) gets its claim
-// when the NAD arrives. NAD changes are rare; listing from the cache is cheap.
+// when the NAD arrives. An index keeps this a lookup, not a scan of every VM.
 func (r *Reconciler) usersOfNAD(ctx context.Context, o client.Object) []reconcile.Request {
+	key := client.MatchingFields{nadIndex: o.GetNamespace() + "/" + o.GetName()}
 	var out []reconcile.Request
-	uses := func(ns string, nets []kubevirtv1.Network) bool {
-		for _, n := range nets {
-			if n.Multus == nil {
-				continue
-			}
-			if nns, name, err := config.SplitNAD(n.Multus.NetworkName, ns); err == nil && nns == o.GetNamespace() && name == o.GetName() {
-				return true
-			}
-		}
-		return false
-	}
 	var vms kubevirtv1.VirtualMachineList
-	if err := r.Client.List(ctx, &vms); err == nil {
-		for _, vm := range vms.Items {
-			if vm.Spec.Template != nil && uses(vm.Namespace, vm.Spec.Template.Spec.Networks) {
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vm.Namespace, Name: vm.Name}})
-			}
-		}
+	if err := r.Client.List(ctx, &vms, key); err != nil {
+		logf.FromContext(ctx).Error(err, "listing VMs that attach a NAD", "nad", key)
+	}
+	for _, vm := range vms.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vm.Namespace, Name: vm.Name}})
 	}
 	var vmis kubevirtv1.VirtualMachineInstanceList
-	if err := r.Client.List(ctx, &vmis); err == nil {
-		for _, vmi := range vmis.Items {
-			if uses(vmi.Namespace, vmi.Spec.Networks) {
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
-			}
-		}
+	if err := r.Client.List(ctx, &vmis, key); err != nil {
+		logf.FromContext(ctx).Error(err, "listing VMIs that attach a NAD", "nad", key)
+	}
+	for _, vmi := range vmis.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
 	}
 	return out
 }

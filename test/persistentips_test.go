@@ -624,3 +624,22 @@ func TestPersistentIPsDisabled(t *testing.T) {
 		t.Fatalf("claim reference %q added while the feature is off", refs["tenant"])
 	}
 }
+
+// A NAD that starts allowing persistent IPs after the VM exists gets the VM
+// its claim: NAD events reach the VMs that attach the NAD.
+func TestPersistentIPsNADAllowsLater(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	nad := createNAD(t, ns, "tenant", "", `{"cniVersion":"1.0.0","name":"tenant-net","type":"ovn-k8s-cni-overlay","topology":"layer2"}`)
+	vm := piVmWithNetworks(ns, "late", [2]string{"data", "tenant"})
+	piCreateVM(t, vm)
+	if _, err := piGetClaim(ns, "late.data"); !apierrors.IsNotFound(err) {
+		t.Fatalf("claim before the NAD allows persistent IPs: err = %v", err)
+	}
+	base := nad.DeepCopy()
+	nad.Spec.Config = fmt.Sprintf(piPersistentConfig, "tenant-net", ns+"/tenant")
+	if err := env.Client.Patch(ctx, nad, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	piWaitClaim(t, ns, "late.data", "VirtualMachine", "late", vm.UID, "tenant-net", "data")
+}
