@@ -346,9 +346,10 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 		}
 		return 0, nil
 	}
-	if ref := metav1.GetControllerOf(&cur); ref != nil && ref.Kind == o.Kind && ref.Name == o.Name {
-		// The claim of an earlier VM with the same name: released above, it
-		// waits for the garbage collector. The new VM's claim comes after.
+	if ref := metav1.GetControllerOf(&cur); ref != nil && (ref.Kind == kindVM || ref.Kind == kindVMI) && ref.Name == o.Name {
+		// The claim of an earlier VM (or standalone VMI) with the same name:
+		// released above (or once its launcher pod is gone), it waits for
+		// the garbage collector. The new owner's claim comes after.
 		log.V(1).Info("waiting for the claim of a previous object with the same name to be garbage-collected", "previousUID", ref.UID)
 		return waitForGC, nil
 	}
