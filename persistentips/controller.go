@@ -3,6 +3,7 @@ package persistentips
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -346,7 +347,7 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 		}
 		return 0, nil
 	}
-	if ref := metav1.GetControllerOf(&cur); ref != nil && (ref.Kind == kindVM || ref.Kind == kindVMI) && ref.Name == o.Name {
+	if ref := metav1.GetControllerOf(&cur); ref != nil && strings.HasPrefix(ref.APIVersion, "kubevirt.io/") && (ref.Kind == kindVM || ref.Kind == kindVMI) && ref.Name == o.Name {
 		// The claim of an earlier VM (or standalone VMI) with the same name:
 		// released above (or once its launcher pod is gone), it waits for
 		// the garbage collector. The new owner's claim comes after.
