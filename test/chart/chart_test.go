@@ -390,18 +390,12 @@ func TestChartWebhooksNeverSelectForeignPods(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = cl.Delete(ctx, o) })
 	}
-	for _, n := range []string{"apps", "kubevirt", c.namespace, "kube-system"} {
-		if n != "kube-system" {
-			if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// No controller-manager runs: the ServiceAccount admission plugin
-		// needs each namespace's default account to exist.
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: "default"}}
-		if err := cl.Create(ctx, sa); err != nil && !strings.Contains(err.Error(), "already exists") {
+	for _, n := range []string{"apps", "kubevirt", c.namespace} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		if err := cl.Create(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = cl.Delete(ctx, ns) })
 	}
 	pods := []struct {
 		namespace string
