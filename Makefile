@@ -71,4 +71,5 @@ fuzz:
 	for t in $$($(GO) test -list '^Fuzz' ./config/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./config/ || exit 1; done
 	for t in $$($(GO) test -list '^Fuzz' ./multus/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./multus/ || exit 1; done
 	for t in $$($(GO) test -list '^Fuzz' ./mutators/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./mutators/ || exit 1; done
+	for t in $$($(GO) test -list '^Fuzz' ./persistentips/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./persistentips/ || exit 1; done
 	for t in $$($(GO) test -list '^Fuzz' ./webhook/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./webhook/ || exit 1; done
