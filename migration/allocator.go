@@ -134,8 +134,8 @@ func (al *Allocator) Allocate(ctx context.Context, req Request) (*Allocation, er
 	counts := map[State]int{}
 	for _, a := range live {
 		counts[a.State]++
-		if al.cacheSaysHeld(ctx, a, req.Pool.Timeout) {
-			continue // only candidates cost an API call
+		if !req.Pool.Pool.Contains(a.Address) || al.cacheSaysHeld(ctx, a, req.Pool.Timeout) {
+			continue // outside the pool since a config edit; or held: only candidates cost an API call
 		}
 		if a.State == StateIdle && a.Node != "" && a.Node != req.Node {
 			// Kept for a node that still exists; steal only a dead node's.
@@ -232,27 +232,62 @@ func (al *Allocator) createFree(ctx context.Context, req Request, used map[netip
 }
 
 // takeOver reserves an existing allocation for req if its holder is gone.
-// nil, nil means it is held (or someone else took it first).
+// nil, nil means it is held (or someone else took it first). A conflict is
+// usually the controller releasing the same allocation a moment earlier
+// (parking a node's address after its pod went), so takeOver re-reads it
+// from the API server and decides again; if the controller deleted it, the
+// address is created afresh for this pod.
 func (al *Allocator) takeOver(ctx context.Context, a *Allocation, req Request) (*Allocation, error) {
-	gone, err := al.holderGone(ctx, a, req.Pool.Timeout)
-	if err != nil || !gone {
-		return nil, err
-	}
-	n := *a
-	n.State, n.Reservation, n.ReservedAt, n.PodNamespace, n.PodName, n.PodUID = StateReserved, req.Token, al.now(), req.Namespace, "", ""
-	if req.Node != "" {
-		n.Node = req.Node
-	}
-	n.PrefixLength = req.Pool.Pool.PrefixBits(a.Address)
-	cm := n.ToConfigMap(al.Namespace)
-	if err := al.Client.Update(ctx, cm); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil, nil // another writer acted on it since we read it
+	for attempt := 0; attempt < 3; attempt++ {
+		gone, err := al.holderGone(ctx, a, req.Pool.Timeout)
+		if err != nil || !gone {
+			return nil, err
 		}
-		return nil, fmt.Errorf("reserving %s/%s: %w", al.Namespace, cm.Name, err)
+		n := *a
+		n.State, n.Reservation, n.ReservedAt, n.PodNamespace, n.PodName, n.PodUID = StateReserved, req.Token, al.now(), req.Namespace, "", ""
+		if req.Node != "" {
+			n.Node = req.Node
+		}
+		n.PrefixLength = req.Pool.Pool.PrefixBits(a.Address)
+		cm := n.ToConfigMap(al.Namespace)
+		err = al.Client.Update(ctx, cm)
+		if err == nil {
+			n.CM = cm
+			return &n, nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reserving %s/%s: %w", al.Namespace, cm.Name, err)
+		}
+		var fresh corev1.ConfigMap
+		switch err := al.API.Get(ctx, client.ObjectKey{Namespace: al.Namespace, Name: cm.Name}, &fresh); {
+		case apierrors.IsNotFound(err):
+			return al.createAt(ctx, req, a.Address)
+		case err != nil:
+			return nil, fmt.Errorf("re-reading %s/%s: %w", al.Namespace, cm.Name, err)
+		}
+		if a, err = FromConfigMap(&fresh); err != nil {
+			return nil, nil
+		}
 	}
-	n.CM = cm
-	return &n, nil
+	return nil, nil
+}
+
+// createAt reserves one given address for req; nil, nil if it exists.
+func (al *Allocator) createAt(ctx context.Context, req Request, addr netip.Addr) (*Allocation, error) {
+	a := &Allocation{
+		Pool: req.Pool.ID, Address: addr, PrefixLength: req.Pool.Pool.PrefixBits(addr), State: StateReserved,
+		Node: req.Node, Reservation: req.Token, ReservedAt: al.now(), PodNamespace: req.Namespace,
+	}
+	cm := a.ToConfigMap(al.Namespace)
+	switch err := al.Client.Create(ctx, cm); {
+	case err == nil:
+		a.CM = cm
+		return a, nil
+	case apierrors.IsAlreadyExists(err):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("creating allocation %s/%s: %w", al.Namespace, cm.Name, err)
+	}
 }
 
 // holderGone decides, on the API server's word, whether an allocation's

@@ -445,3 +445,36 @@ func TestReconcileAdoptsMissingAllocation(t *testing.T) {
 func reconcileRequest(name string) reconcile.Request {
 	return reconcile.Request{NamespacedName: client.ObjectKey{Namespace: testNS, Name: name}}
 }
+
+// A pod arriving with a reservation label keeps its address only when the
+// reservation is pending under that token and no pod carries the token yet
+// (a second replica's webhook after the first); a copy of an existing pod's
+// manifest gets an address of its own.
+func TestMutatorKeepsOnlyAPendingReservation(t *testing.T) {
+	cfg := mustConfig(t, bothNetworks)
+	c := newFake(t)
+	m := newMutator(c)
+	first := handlerPod("n1", "migration@migration0")
+	if _, err := admit(t, m, cfg, first); err != nil {
+		t.Fatal(err)
+	}
+	again := first.DeepCopy()
+	if _, err := admit(t, m, cfg, again); err != nil {
+		t.Fatal(err)
+	}
+	if again.Annotations[multus.NetworksAnnotation] != first.Annotations[multus.NetworksAnnotation] || again.Labels[LabelReservation] != first.Labels[LabelReservation] {
+		t.Fatalf("second webhook changed a pending reservation: %v -> %v", first.Annotations, again.Annotations)
+	}
+	first.Name, first.UID = "virt-handler-a", "uid-a"
+	if err := c.Create(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	copied := first.DeepCopy()
+	copied.Name, copied.UID, copied.ResourceVersion = "", "", ""
+	if _, err := admit(t, m, cfg, copied); err != nil {
+		t.Fatal(err)
+	}
+	if copied.Labels[LabelReservation] == first.Labels[LabelReservation] || copied.Annotations[multus.NetworksAnnotation] == first.Annotations[multus.NetworksAnnotation] {
+		t.Fatalf("a copied manifest kept the original pod's address: %s", copied.Annotations[multus.NetworksAnnotation])
+	}
+}

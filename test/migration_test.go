@@ -981,3 +981,54 @@ migration:
 		t.Fatalf("want a denial naming migration.inCluster.nad, got %v", err)
 	}
 }
+
+// A DaemonSet surge (a second virt-handler admitted on a node while the
+// first still runs) gets another address; when the old pod goes, its address
+// is released rather than kept as a second one for the node, and the node's
+// next virt-handler gets the surviving address.
+func TestMigrationHandlerSurgeOnNode(t *testing.T) {
+	ns := newNamespace(t, nil)
+	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	migSetConfig(t, fmt.Sprintf(`
+migration:
+  inCluster:
+    nad: %s/migration
+    pool: {cidr: 10.96.0.0/28}
+`, ns))
+	ds := migHandlerDaemonSet(t, ns)
+	const node = "mig-surge-1"
+	var pods []*corev1.Pod
+	t.Cleanup(func() {
+		for _, p := range pods {
+			migDeletePod(t, p)
+		}
+		migDeleteNode(t, node)
+		migWaitNoAllocations(t, migration.PoolInCluster)
+	})
+	migNode(t, node)
+	old := migCreate(t, migHandlerPod(ds, node, nil))
+	pods = append(pods, old)
+	x := migAddr(t, old, "migration", "migration0").Addr()
+	migWaitBound(t, migration.PoolInCluster, x, old)
+	surge := migCreate(t, migHandlerPod(ds, node, nil))
+	pods = append(pods, surge)
+	y := migAddr(t, surge, "migration", "migration0").Addr()
+	if y == x {
+		t.Fatalf("two live virt-handlers on %s share %s", node, x)
+	}
+	migWaitBound(t, migration.PoolInCluster, y, surge)
+	migDeletePod(t, old)
+	migEventually(t, "the old pod's address released, not parked", 60*time.Second, func() error {
+		_, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, migration.PoolInCluster, x)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("allocation of %s still there (%v)", x, err)
+	})
+	migDeletePod(t, surge)
+	next := migCreate(t, migHandlerPod(ds, node, nil))
+	pods = append(pods, next)
+	if got := migAddr(t, next, "migration", "migration0").Addr(); got != y {
+		t.Fatalf("next virt-handler on %s got %s, want the node's %s", node, got, y)
+	}
+}
