@@ -1,13 +1,16 @@
 package chart
 
 import (
-	"context"
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 // kvnet, started with exactly the arguments the chart's Deployment gives it
@@ -27,13 +30,38 @@ import (
 // API server that enforces RBAC), becomes ready: its informers sync, it
 // creates its Secret, injects the CA into both webhook configurations and
 // wins the leader Lease. A verb missing from the chart's RBAC fails here,
-// not in a customer's cluster.
+// not in a customer's cluster. kvnet runs as its own process, as in a pod.
 func TestChartRBACIsEnoughToRunKvnet(t *testing.T) {
+	kvnet := filepath.Join(t.TempDir(), "kvnet")
+	build := exec.Command("go", "build", "-o", kvnet, "./cmd/kvnet")
+	build.Dir = framework.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building kvnet: %v\n%s", err, out)
+	}
+	for name, c := range map[string]chartCase{
+		"defaults": {release: "rbac", namespace: "rbac-system"},
+		"migration networks and policy on": {release: "rbac-mig", namespace: "rbac-mig", values: `
+config:
+  networkRules:
+    - {name: storage, networks: [{name: storage, nad: storage}]}
+  migration:
+    inCluster:
+      nad: kubevirt/migration
+      pool: {cidr: 10.10.0.0/24}
+`},
+	} {
+		t.Run(name, func(t *testing.T) { runAsChartServiceAccount(t, kvnet, c) })
+	}
+}
+
+func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 	ctx := t.Context()
-	c := chartCase{release: "rbac", namespace: "rbac-system"}
 	objs := render(t, c)
 	install(t, c, objs)
-	const fullname = "rbac-kvnet"
+	fullname := c.release + "-kvnet"
+	if strings.Contains(c.release, "kvnet") {
+		fullname = c.release
+	}
 
 	var dep appsv1.Deployment
 	decodeKind(t, objs, "Deployment", &dep)
@@ -53,35 +81,46 @@ func TestChartRBACIsEnoughToRunKvnet(t *testing.T) {
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 	)
 	sa := dep.Spec.Template.Spec.ServiceAccountName
-	t.Setenv("KUBECONFIG", impersonatingKubeconfig(t, "system:serviceaccount:"+c.namespace+":"+sa,
-		"system:serviceaccounts", "system:serviceaccounts:"+c.namespace, "system:authenticated"))
-	t.Setenv("POD_NAMESPACE", c.namespace)
-
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Run(runCtx, args, strings.NewReader(""), os.Stdout, os.Stderr)
-	}()
+	cmd := exec.Command(kvnet, args...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+c.namespace,
+		"KUBECONFIG="+impersonatingKubeconfig(t, "system:serviceaccount:"+c.namespace+":"+sa,
+			"system:serviceaccounts", "system:serviceaccounts:"+c.namespace, "system:authenticated"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// done closes when kvnet exits; waitErr is then its exit status.
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("kvnet: %v", err)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("kvnet's log:\n%s", logs.String())
 		}
 	})
 
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", probe)
-	wait(t, "kvnet to become ready as the chart's ServiceAccount", 2*time.Minute, done, func() error {
+	wait(t, "kvnet to become ready as the chart's ServiceAccount", 2*time.Minute, done, &waitErr, func() error {
 		resp, err := http.Get(url)
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
+			body, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("/readyz: %s: %s", resp.Status, body)
 		}
 		return nil
 	})
-	wait(t, "the CA bundle in both webhook configurations", time.Minute, done, func() error {
+	wait(t, "the CA bundle in both webhook configurations", time.Minute, done, &waitErr, func() error {
 		var m admissionregv1.MutatingWebhookConfiguration
 		var v admissionregv1.ValidatingWebhookConfiguration
 		if err := cl.Get(ctx, client.ObjectKey{Name: fullname}, &m); err != nil {
@@ -102,7 +141,7 @@ func TestChartRBACIsEnoughToRunKvnet(t *testing.T) {
 		}
 		return nil
 	})
-	wait(t, "the leader Lease", time.Minute, done, func() error {
+	wait(t, "the leader Lease", time.Minute, done, &waitErr, func() error {
 		var l coordinationv1.Lease
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname}, &l); err != nil {
 			return err
@@ -116,6 +155,19 @@ func TestChartRBACIsEnoughToRunKvnet(t *testing.T) {
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname + "-webhook-cert"}, &secret); err != nil {
 		t.Fatalf("kvnet's Secret: %v", err)
 	}
+	if strings.Contains(logs.String(), "forbidden") {
+		t.Errorf("kvnet was refused a request (RBAC):\n%s", grepLines(logs.String(), "forbidden"))
+	}
+}
+
+func grepLines(s, word string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, word) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // impersonatingKubeconfig is an admin kubeconfig for the test API server
@@ -146,7 +198,7 @@ func impersonatingKubeconfig(t *testing.T, user string, groups ...string) string
 
 // wait polls cond until it holds, kvnet exits, or the deadline (which only
 // turns a hang into a message) passes.
-func wait(t *testing.T, what string, deadline time.Duration, exited <-chan error, cond func() error) {
+func wait(t *testing.T, what string, deadline time.Duration, exited <-chan struct{}, exitErr *error, cond func() error) {
 	t.Helper()
 	end := time.Now().Add(deadline)
 	for {
@@ -155,8 +207,8 @@ func wait(t *testing.T, what string, deadline time.Duration, exited <-chan error
 			return
 		}
 		select {
-		case e := <-exited:
-			t.Fatalf("kvnet exited while waiting for %s: %v", what, e)
+		case <-exited:
+			t.Fatalf("kvnet exited while waiting for %s: %v", what, *exitErr)
 		default:
 		}
 		if time.Now().After(end) {
