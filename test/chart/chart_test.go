@@ -14,11 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -429,5 +432,85 @@ func TestChartWebhooksNeverSelectForeignPods(t *testing.T) {
 		case p.wantPath != "" && (len(got) != 1 || got[0] != p.wantPath):
 			t.Errorf("pod in %s with labels %v reached %v, want exactly %s", p.namespace, p.labels, got, p.wantPath)
 		}
+	}
+}
+
+// The names that tie the objects together agree in every case: the Secret
+// the pod mounts or kvnet writes, the Certificate the CA is injected from,
+// the Service the certificate is for, the configurations kvnet injects into.
+func TestChartCertificateWiringAgrees(t *testing.T) {
+	for name, c := range matrix {
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, c)
+			var dep appsv1.Deployment
+			var svc corev1.Service
+			var mwc admissionregv1.MutatingWebhookConfiguration
+			var vwc admissionregv1.ValidatingWebhookConfiguration
+			decodeKind(t, objs, "Deployment", &dep)
+			decodeKind(t, objs, "Service", &svc)
+			decodeKind(t, objs, "MutatingWebhookConfiguration", &mwc)
+			decodeKind(t, objs, "ValidatingWebhookConfiguration", &vwc)
+			for _, w := range mwc.Webhooks {
+				if s := w.ClientConfig.Service; s == nil || s.Name != svc.Name || s.Namespace != c.namespace || *s.Port != svc.Spec.Ports[0].Port {
+					t.Errorf("webhook %s calls %+v, not the Service %s/%s:%d", w.Name, s, c.namespace, svc.Name, svc.Spec.Ports[0].Port)
+				}
+			}
+			args := map[string]string{}
+			for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+				if k, v, ok := strings.Cut(a, "="); ok {
+					args[k] = v
+				}
+			}
+			var certsVolume *corev1.Volume
+			for i, v := range dep.Spec.Template.Spec.Volumes {
+				if v.Name == "certs" {
+					certsVolume = &dep.Spec.Template.Spec.Volumes[i]
+				}
+			}
+			if certsVolume == nil {
+				t.Fatal("no certs volume")
+			}
+			if strings.Contains(c.values, "mode: cert-manager") {
+				var cert unstructured.Unstructured
+				for _, o := range objs {
+					if o.GetKind() == "Certificate" {
+						cert = *o
+					}
+				}
+				secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+				if certsVolume.Secret == nil || certsVolume.Secret.SecretName != secretName {
+					t.Errorf("pod mounts %+v, the Certificate writes Secret %q", certsVolume.VolumeSource, secretName)
+				}
+				want := c.namespace + "/" + cert.GetName()
+				if mwc.Annotations["cert-manager.io/inject-ca-from"] != want || vwc.Annotations["cert-manager.io/inject-ca-from"] != want {
+					t.Errorf("inject-ca-from %q/%q, want %q", mwc.Annotations["cert-manager.io/inject-ca-from"], vwc.Annotations["cert-manager.io/inject-ca-from"], want)
+				}
+				dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+				if !slices.Contains(dns, svc.Name+"."+c.namespace+".svc") {
+					t.Errorf("Certificate names %v lack the Service's %s.%s.svc", dns, svc.Name, c.namespace)
+				}
+				if args["--cert-mode"] != "external" {
+					t.Errorf("--cert-mode=%s, want external", args["--cert-mode"])
+				}
+				return
+			}
+			if certsVolume.EmptyDir == nil {
+				t.Errorf("self-managed: the cert dir must be an emptyDir kvnet writes, got %+v", certsVolume.VolumeSource)
+			}
+			if args["--cert-mode"] != "self-managed" || args["--cert-service-name"] != svc.Name || args["--webhook-config-name"] != mwc.Name || mwc.Name != vwc.Name {
+				t.Errorf("self-managed args %v do not name the Service %s and configurations %s/%s", args, svc.Name, mwc.Name, vwc.Name)
+			}
+			var role rbacv1.Role
+			decodeKind(t, objs, "Role", &role)
+			found := false
+			for _, r := range role.Rules {
+				if slices.Contains(r.Resources, "secrets") && slices.Contains(r.ResourceNames, args["--cert-secret"]) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("the Role does not let kvnet update its Secret %q", args["--cert-secret"])
+			}
+		})
 	}
 }
