@@ -109,7 +109,8 @@ func TestSelfManagedCertsRacingReplicasAgree(t *testing.T) {
 // and while the serving certificate is renewed every few seconds and the CA
 // itself is rotated, clients keep calling the webhook, through the API
 // server and directly on each replica with a fresh TLS handshake, and not
-// one call fails.
+// one call fails. The lifetimes are seconds, the mechanism is the one that
+// runs with the production defaults (1 year, 10 years).
 func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 	ns := newNamespace(t, map[string]string{certsLabel: "true"})
 	ctx := t.Context()
@@ -124,9 +125,11 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 		Mode: app.CertModeSelfManaged, Secret: "kvnet-webhook-cert", ConfigNames: []string{name},
 		ExtraSANs: []string{"127.0.0.1"},
 		// Short enough to see several renewals and one CA rotation in
-		// seconds; the ratios are what production uses (renew at 2/3).
-		CALifetime: 45 * time.Second, CARenewBefore: 30 * time.Second,
-		CertLifetime: 6 * time.Second, CertRenewBefore: 4 * time.Second,
+		// seconds, renewing at a third of the lifetime as production does
+		// at two thirds, so a busy machine has seconds of slack (28 passes)
+		// before a certificate in use could expire.
+		CALifetime: 60 * time.Second, CARenewBefore: 40 * time.Second,
+		CertLifetime: 10 * time.Second, CertRenewBefore: 7 * time.Second,
 		Interval: 250 * time.Millisecond,
 	}
 	cfg, err := config.Parse(nil, framework.KvnetNamespace)
