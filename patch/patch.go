@@ -30,6 +30,13 @@ func Compute(raw, before, after []byte) ([]jsonpatch.Operation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("diffing the mutated object: %w", err)
 	}
+	return fit(raw, ops, func(segs []string) (any, error) { return valueAt(after, segs) })
+}
+
+// fit makes ops apply to raw: an operation whose parent raw lacks becomes an
+// add of the first missing ancestor (its value from valueOf), a replace of a
+// member raw lacks becomes an add, and a remove of one is dropped.
+func fit(raw []byte, ops []jsonpatch.Operation, valueOf func(segs []string) (any, error)) ([]jsonpatch.Operation, error) {
 	out := ops[:0]
 	lifted := map[string]bool{}
 	idx := newRawIndex(raw)
@@ -62,14 +69,14 @@ func Compute(raw, before, after []byte) ([]jsonpatch.Operation, error) {
 		if op.Operation == "remove" {
 			continue // its parent is not in raw, so neither is it
 		}
-		// Add the first missing ancestor, with its whole value from after.
+		// Add the first missing ancestor, with its whole value.
 		anc := segs[:n+1]
 		p := joinPointer(anc)
 		if lifted[p] {
 			continue
 		}
 		lifted[p] = true
-		v, err := valueAt(after, anc)
+		v, err := valueOf(anc)
 		if err != nil {
 			return nil, err
 		}

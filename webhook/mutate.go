@@ -13,8 +13,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"gomodules.xyz/jsonpatch/v2"
-
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
@@ -48,7 +46,7 @@ func (h *VMMutator) Handle(ctx context.Context, req admission.Request) (resp adm
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	obj, cr, err := decodeVMish(h.Kind, req.Object.Raw)
+	_, cr, err := decodeVMish(h.Kind, req.Object.Raw)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
@@ -61,18 +59,34 @@ func (h *VMMutator) Handle(ctx context.Context, req admission.Request) (resp adm
 	if h.Kind == chain.KindVMI && ownedByVM(cr.Meta) {
 		return admission.Allowed("spec comes from a VirtualMachine kvnet already mutated")
 	}
+	regions := cr.Regions()
+	snaps := make([]patch.Region, len(regions))
+	for i, r := range regions {
+		b, err := json.Marshal(r.Value())
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding %s of %s: %w", r.Pointer, h.Kind, err))
+		}
+		snaps[i] = patch.Region{Pointer: r.Pointer, Before: b}
+	}
 	ctx = logf.IntoContext(ctx, log)
 	if err := chain.RunMutators(ctx, cr, h.Mutators); err != nil {
 		return errorResponse(err, cr.Warnings)
 	}
 	if len(cr.Changes) == 0 {
 		// Most requests (KubeVirt's own updates, VMs already mutated) end
-		// here, having paid for one decode and no encoding or diff.
+		// here, having paid for one decode and the small region snapshots.
 		resp = admission.Allowed("")
 		resp.Warnings = cr.Warnings
 		return resp
 	}
-	ops, err := h.diff(req.Object.Raw, obj)
+	for i, r := range regions {
+		b, err := json.Marshal(r.Value())
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding mutated %s of %s: %w", r.Pointer, h.Kind, err))
+		}
+		snaps[i].After = b
+	}
+	ops, err := patch.ComputeRegions(req.Object.Raw, snaps)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
@@ -80,25 +94,6 @@ func (h *VMMutator) Handle(ctx context.Context, req admission.Request) (resp adm
 	resp = admission.Patched("", ops...)
 	resp.Warnings = cr.Warnings
 	return resp
-}
-
-// diff encodes the original (decoded again from raw: cheaper than a deep copy
-// taken up front for the requests that change nothing) and the mutated object,
-// and returns the one patch between them.
-func (h *VMMutator) diff(raw []byte, mutated any) ([]jsonpatch.Operation, error) {
-	orig, _, err := decodeVMish(h.Kind, raw)
-	if err != nil {
-		return nil, err
-	}
-	before, err := json.Marshal(orig)
-	if err != nil {
-		return nil, fmt.Errorf("encoding %s: %w", h.Kind, err)
-	}
-	after, err := json.Marshal(mutated)
-	if err != nil {
-		return nil, fmt.Errorf("encoding mutated %s: %w", h.Kind, err)
-	}
-	return patch.Compute(raw, before, after)
 }
 
 // errorResponse tells a user's mistake (an API status error such as Invalid)
