@@ -28,9 +28,10 @@ demo: build control-plane
 
 # Stops a demo started with KEEP=1 (the demo stops kvnet, kube-apiserver and etcd).
 demo-down:
-	@if [ -f bin/demo/demo.pid ]; then pid=$$(cat bin/demo/demo.pid); kill -TERM $$pid 2>/dev/null || true; \
+	@pid=$$(cat bin/demo/demo.pid 2>/dev/null); \
+	if [ -n "$$pid" ] && [ "$$(ps -p $$pid -o comm= 2>/dev/null)" = kvnet-demo ]; then kill -TERM $$pid; \
 		for i in $$(seq 1 60); do kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; echo "demo stopped"; \
-	else echo "no demo running"; fi
+	else rm -f bin/demo/demo.pid; echo "no demo running"; fi
 
 # Builds kube-apiserver and etcd from Go modules once; skipped when present.
 control-plane:
