@@ -313,7 +313,7 @@ func (r *Rotator) settleSecret(ctx context.Context) (*state, error) {
 			return nil, fmt.Errorf("reading Secret %s: %w", r.opts.Secret, err)
 		}
 		st, parseErr := parseState(&s)
-		next, reason, err := r.step(ctx, st, parseErr)
+		next, reason, err := r.step(ctx, st, parseErr, s.Data[KeyCABundle])
 		if err != nil {
 			return nil, err
 		}
@@ -342,17 +342,28 @@ func (r *Rotator) settleSecret(ctx context.Context) (*state, error) {
 	}
 }
 
-// step decides the one change the Secret needs now, if any. CA rotation
+// step decides the one change the Secret needs now, if any. oldBundle is
+// the Secret's ca.crt as stored, used only when the rest is unusable. CA rotation
 // takes two passes so that no replica ever serves a certificate the API
 // server does not trust yet: first the new CA is staged (added to the
 // bundle, not signing); only once every webhook configuration carries it is
 // it promoted and a serving certificate issued from it.
-func (r *Rotator) step(ctx context.Context, st *state, parseErr error) (*state, string, error) {
+func (r *Rotator) step(ctx context.Context, st *state, parseErr error, oldBundle []byte) (*state, string, error) {
 	now := r.Now()
 	if parseErr != nil {
 		r.log.Error(parseErr, "certificate Secret is unusable; replacing it", "secret", r.opts.Secret)
 		st, err := r.fresh(now)
-		return st, "invalid", err
+		if err != nil {
+			return nil, "", err
+		}
+		// Keep trusting the CAs of the old bundle that still parse: replicas
+		// serving the old certificate keep working until they adopt the new.
+		if old := pruneExpired(oldBundle, now); len(old) > 0 {
+			if _, err := ParseCerts(old); err == nil {
+				st.bundle = append(st.bundle, old...)
+			}
+		}
+		return st, "invalid", nil
 	}
 	// Expired CAs leave the bundle whenever it is rewritten.
 	bundle := pruneExpired(st.bundle, now)

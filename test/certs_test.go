@@ -529,4 +529,13 @@ func TestSelfManagedCertsReissueRecoverAndStartWithoutConfigurations(t *testing.
 	if _, err := certs.ParseKeyPair(third.Data["tls.crt"], third.Data["tls.key"]); err != nil {
 		t.Fatalf("the replaced Secret is still unusable: %v", err)
 	}
+	// Replicas still serving the old certificate stay trusted until they
+	// adopt the new one: the old CA remains in the bundle.
+	oldCA, err := certs.ParseCerts(second.Data["ca-signer.crt"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !certs.BundleContains(third.Data["ca.crt"], oldCA[0]) {
+		t.Fatal("replacing an unusable Secret dropped the old CA from the bundle")
+	}
 }
