@@ -125,3 +125,50 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 	}
 	return mutating, validating
 }
+
+// MigrationProxyWebhook is the rule of kvnet's migration proxy (package
+// proxy): UPDATEs of VMIs that carry status.migrationState.targetState, so
+// that the source virt-handler of a decentralized migration dials the proxy.
+// It is not part of Configurations yet because the Helm chart does not render
+// it (the chart test compares the two); deployments that run `kvnet proxy`
+// add it next to the others. Its failure policy is always Fail, whatever
+// r.FailurePolicy says: an outage must hold the migration rather than let the
+// remote node address, unreachable from the source, through.
+func (r Registration) MigrationProxyWebhook() admissionregv1.MutatingWebhook {
+	timeout := r.TimeoutSeconds
+	if timeout == 0 {
+		timeout = 10
+	}
+	excluded := r.ExcludedNamespaces
+	if len(excluded) == 0 {
+		excluded = []string{"kube-system"}
+	}
+	return admissionregv1.MutatingWebhook{
+		Name: "vmi-migration-status.mutate.kvnet.io",
+		ClientConfig: admissionregv1.WebhookClientConfig{
+			Service:  &admissionregv1.ServiceReference{Namespace: r.ServiceNamespace, Name: r.ServiceName, Path: ptr.To(PathMutateVMIMigrationStatus), Port: ptr.To(r.ServicePort)},
+			CABundle: r.CABundle,
+		},
+		Rules: []admissionregv1.RuleWithOperations{{
+			Operations: []admissionregv1.OperationType{admissionregv1.Update},
+			Rule: admissionregv1.Rule{
+				APIGroups: []string{"kubevirt.io"}, APIVersions: []string{"v1"}, Resources: []string{"virtualmachineinstances"},
+				Scope: ptr.To(admissionregv1.NamespacedScope),
+			},
+		}},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
+		}}},
+		// Only writes that carry a targetState reach kvnet: most VMI status
+		// updates never leave the API server.
+		MatchConditions: []admissionregv1.MatchCondition{{
+			Name:       "has-target-state",
+			Expression: "has(object.status) && has(object.status.migrationState) && has(object.status.migrationState.targetState)",
+		}},
+		FailurePolicy:           ptr.To(admissionregv1.Fail),
+		SideEffects:             ptr.To(admissionregv1.SideEffectClassNone),
+		TimeoutSeconds:          &timeout,
+		ReinvocationPolicy:      ptr.To(admissionregv1.IfNeededReinvocationPolicy),
+		AdmissionReviewVersions: []string{"v1"},
+	}
+}

@@ -23,6 +23,9 @@ const (
 	PathValidateVMI         = "/validate-virtualmachineinstances"
 	PathMutateLauncherPods  = "/mutate-launcher-pods"
 	PathMutateMigrationPods = "/mutate-migration-pods"
+	// PathMutateVMIMigrationStatus points a decentralized migration
+	// source's virt-handler at kvnet's migration proxy (package proxy).
+	PathMutateVMIMigrationStatus = "/mutate-vmi-migration-status"
 )
 
 // Handlers are the admission handlers kvnet serves, by path.

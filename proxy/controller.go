@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// Controller keeps one set of relays per source VMI of an in-flight
+// decentralized migration whose target has reported its endpoint, and
+// publishes them on the VMI (AnnotationMapping). It must run as a single
+// active instance (leader election): two proxies would publish two mappings
+// for one migration and make virt-handler restart its own proxies.
+type Controller struct {
+	// Client reads VMIs and VMIMs (the manager's cached client) and patches
+	// the annotation.
+	Client client.Client
+	// Address is the address the relays listen on and the one published:
+	// the proxy pod's address on the network the source virt-handlers use.
+	Address string
+	// DialTimeout is passed to each Relay.
+	DialTimeout time.Duration
+	// Log is the controller's logger.
+	Log logr.Logger
+
+	mu       sync.Mutex
+	base     context.Context
+	stop     context.CancelFunc
+	sessions map[types.NamespacedName]*session
+}
+
+// session is the relays of one migration of one VMI.
+type session struct {
+	remote  Remote
+	mapping Mapping
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
+}
+
+func (s *session) close() {
+	s.cancel()
+	s.done.Wait()
+}
+
+// Setup registers the controller with mgr. The relays live as long as the
+// manager runs: when it stops (lost leadership, shutdown) they all close.
+func Setup(mgr manager.Manager, c *Controller) error {
+	if net.ParseIP(c.Address) == nil {
+		return fmt.Errorf("proxy address %q is not an IP address: virt-handler dials it as the target node address", c.Address)
+	}
+	if c.Client == nil {
+		c.Client = mgr.GetClient()
+	}
+	c.base, c.stop = context.WithCancel(context.Background())
+	c.sessions = map[types.NamespacedName]*session{}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		c.closeAll()
+		return nil
+	})); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("migration-proxy").
+		For(&kubevirtv1.VirtualMachineInstance{}).
+		Watches(&kubevirtv1.VirtualMachineInstanceMigration{}, handler.EnqueueRequestsFromMapFunc(
+			func(_ context.Context, o client.Object) []reconcile.Request {
+				m, ok := o.(*kubevirtv1.VirtualMachineInstanceMigration)
+				if !ok || m.Spec.SendTo == nil || m.Spec.VMIName == "" {
+					return nil
+				}
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}}}
+			})).
+		Complete(c)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := c.Log.WithValues("vmi", req.NamespacedName)
+	var vmi kubevirtv1.VirtualMachineInstance
+	if err := c.Client.Get(ctx, req.NamespacedName, &vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.closeSession(log, req.NamespacedName, "the VMI is gone")
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("reading VMI %s: %w", req.NamespacedName, err)
+	}
+	vmim, err := SourceMigration(ctx, c.Client, &vmi)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	remote, ok := RemoteOf(&vmi, vmim)
+	if !ok {
+		c.closeSession(log, req.NamespacedName, "no in-flight decentralized migration with a target endpoint")
+		return reconcile.Result{}, c.publish(ctx, &vmi, "")
+	}
+	s, err := c.ensureSession(log, req.NamespacedName, remote, vmi.Annotations[AnnotationMapping])
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, c.publish(ctx, &vmi, s.mapping.Encode())
+}
+
+// ensureSession returns the relays for remote, opening them if the VMI has
+// none or has relays for another endpoint. After a restart it first tries
+// the local ports of a still-matching published mapping, so virt-handler
+// keeps the same address and ports (it restarts its own proxies when they
+// change).
+func (c *Controller) ensureSession(log logr.Logger, key types.NamespacedName, remote Remote, published string) (*session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.base.Err() != nil {
+		return nil, errors.New("the migration proxy is stopping")
+	}
+	if s := c.sessions[key]; s != nil {
+		if s.remote.Same(remote) {
+			return s, nil
+		}
+		log.Info("migration endpoint changed; closing its relays", "migrationID", s.remote.MigrationID)
+		c.dropLocked(key)
+	}
+	var prev Mapping
+	if published != "" {
+		if m, err := DecodeMapping(published); err == nil && remote.Matches(m) && m.Address == c.Address {
+			prev = m
+		}
+	}
+	ctx, cancel := context.WithCancel(c.base)
+	s := &session{remote: remote, cancel: cancel, mapping: Mapping{
+		MigrationID: remote.MigrationID, Address: c.Address, Target: remote.Target, Ports: map[string]string{},
+	}}
+	for remotePort := range remote.Ports {
+		ln, err := c.listen(prev.Ports[remotePort])
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		local := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		s.mapping.Ports[remotePort] = local
+		r := &Relay{
+			Target: net.JoinHostPort(remote.Target, remotePort), DialTimeout: c.DialTimeout,
+			Log: log.WithValues("migrationID", remote.MigrationID, "listen", ln.Addr().String()),
+		}
+		s.done.Add(1)
+		listeners.Inc()
+		go func() {
+			defer s.done.Done()
+			defer listeners.Dec()
+			if err := r.Serve(ctx, ln); err != nil {
+				log.Error(err, "relay listener failed", "listen", ln.Addr().String())
+			}
+		}()
+	}
+	c.sessions[key] = s
+	log.Info("relays open", "migrationID", remote.MigrationID, "target", remote.Target, "ports", s.mapping.Ports)
+	return s, nil
+}
+
+// listen opens a relay listener on the proxy address, on port if it is free
+// (a restart reusing its published ports), else on any free port.
+func (c *Controller) listen(port string) (net.Listener, error) {
+	if port != "" {
+		if ln, err := net.Listen("tcp", net.JoinHostPort(c.Address, port)); err == nil {
+			return ln, nil
+		}
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.Address, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("opening a relay listener on %s: %w", c.Address, err)
+	}
+	return ln, nil
+}
+
+// publish sets (or, with value "", removes) the annotation with an
+// optimistic lock, so a write based on a stale VMI fails and is retried
+// instead of overwriting a concurrent status change. The write goes through
+// the StatusRewriter, which points the top-level fields at the relays in the
+// same request.
+func (c *Controller) publish(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, value string) error {
+	cur, has := vmi.Annotations[AnnotationMapping]
+	if (value == "" && !has) || (value != "" && cur == value) {
+		return nil
+	}
+	orig := vmi.DeepCopy()
+	if value == "" {
+		delete(vmi.Annotations, AnnotationMapping)
+	} else {
+		if vmi.Annotations == nil {
+			vmi.Annotations = map[string]string{}
+		}
+		vmi.Annotations[AnnotationMapping] = value
+	}
+	if err := c.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("publishing the migration proxy mapping on VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+func (c *Controller) closeSession(log logr.Logger, key types.NamespacedName, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.sessions[key]; s != nil {
+		log.Info("closing relays", "migrationID", s.remote.MigrationID, "reason", why)
+		c.dropLocked(key)
+	}
+}
+
+func (c *Controller) dropLocked(key types.NamespacedName) {
+	c.sessions[key].close()
+	delete(c.sessions, key)
+}
+
+func (c *Controller) closeAll() {
+	c.stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.sessions {
+		c.dropLocked(key)
+	}
+}

@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// AnnotationMapping is the VMI annotation where the proxy publishes its
+// relays for the VMI's current decentralized migration. The admission
+// handler reads it from the object being written, so the write that
+// publishes it already rewrites the status in the same request.
+const AnnotationMapping = "kvnet.io/migration-proxy"
+
+// Mapping is the value of AnnotationMapping.
+type Mapping struct {
+	// MigrationID is the source VMIM's spec.sendTo.migrationID: a mapping
+	// never applies to another migration of the same VMI.
+	MigrationID string `json:"migrationID"`
+	// Address is the proxy's own address, reachable from the source
+	// virt-handlers (the value of --advertise-address).
+	Address string `json:"address"`
+	// Target is the remote targetState.nodeAddress the relays dial.
+	Target string `json:"target"`
+	// Ports maps each remote port (a key of
+	// targetState.directMigrationNodePorts) to the local relay port.
+	Ports map[string]string `json:"ports"`
+}
+
+// Encode renders m deterministically (encoding/json sorts map keys), so an
+// unchanged mapping never causes a write.
+func (m Mapping) Encode() string {
+	b, _ := json.Marshal(m) // strings and a string map: cannot fail
+	return string(b)
+}
+
+// DecodeMapping parses the annotation value.
+func DecodeMapping(s string) (Mapping, error) {
+	var m Mapping
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return Mapping{}, fmt.Errorf("annotation %s: %w", AnnotationMapping, err)
+	}
+	return m, nil
+}
+
+// Remote is what a migration's relays are built from: the migration and the
+// truthful remote endpoint. Two equal Remotes need the same relays.
+type Remote struct {
+	MigrationID string
+	Target      string
+	// Ports is targetState.directMigrationNodePorts: remote port -> libvirt
+	// port (0, 49152, 49153).
+	Ports map[string]int
+}
+
+// Same reports whether r and o need the same relays.
+func (r Remote) Same(o Remote) bool {
+	return r.MigrationID == o.MigrationID && r.Target == o.Target && maps.Equal(r.Ports, o.Ports)
+}
+
+// Matches reports whether m was published for exactly this remote endpoint:
+// same migration, same target and a local port for each remote port, no more.
+func (r Remote) Matches(m Mapping) bool {
+	if m.MigrationID != r.MigrationID || m.Target != r.Target || m.Address == "" || len(m.Ports) != len(r.Ports) {
+		return false
+	}
+	seen := make(map[string]bool, len(m.Ports))
+	for k := range r.Ports {
+		local := m.Ports[k]
+		if local == "" || seen[local] {
+			return false // a hand-edited or corrupt mapping never reaches virt-handler
+		}
+		seen[local] = true
+	}
+	return true
+}
+
+// RemoteOf returns the remote endpoint of vmi's migration with the given
+// source VMIM, or false while the target has not reported one yet.
+func RemoteOf(vmi *kubevirtv1.VirtualMachineInstance, vmim *kubevirtv1.VirtualMachineInstanceMigration) (Remote, bool) {
+	ms := vmi.Status.MigrationState
+	if vmim == nil || vmim.Spec.SendTo == nil || ms == nil || ms.TargetState == nil {
+		return Remote{}, false
+	}
+	ts := ms.TargetState
+	if ts.NodeAddress == nil || *ts.NodeAddress == "" || len(ts.DirectMigrationNodePorts) == 0 {
+		return Remote{}, false
+	}
+	return Remote{MigrationID: vmim.Spec.SendTo.MigrationID, Target: *ts.NodeAddress, Ports: maps.Clone(ts.DirectMigrationNodePorts)}, true
+}
+
+// SourceMigration finds the in-flight VMIM that makes vmi the source of a
+// decentralized migration: same namespace, spec.vmiName = vmi, spec.sendTo
+// set, not yet Succeeded or Failed. When several qualify, the one the VMI's
+// status names (migrationState.migrationUid) wins, then the newest. nil
+// means vmi is not such a source (a local migration, or a target VMI, whose
+// fields kvnet must not touch).
+func SourceMigration(ctx context.Context, r client.Reader, vmi *kubevirtv1.VirtualMachineInstance) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
+	var list kubevirtv1.VirtualMachineInstanceMigrationList
+	if err := r.List(ctx, &list, client.InNamespace(vmi.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing VirtualMachineInstanceMigrations in %s: %w", vmi.Namespace, err)
+	}
+	var cands []*kubevirtv1.VirtualMachineInstanceMigration
+	for i := range list.Items {
+		m := &list.Items[i]
+		if m.Spec.VMIName == vmi.Name && m.Spec.SendTo != nil && m.Spec.Receive == nil && !m.IsFinal() && m.DeletionTimestamp == nil {
+			cands = append(cands, m)
+		}
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationUID != "" {
+		for _, m := range cands {
+			if m.UID == ms.MigrationUID {
+				return m, nil
+			}
+		}
+	}
+	slices.SortFunc(cands, func(a, b *kubevirtv1.VirtualMachineInstanceMigration) int {
+		return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+	})
+	return cands[0], nil
+}
+
+// Rewrite returns the top-level status.migrationState.targetNodeAddress and
+// targetDirectMigrationNodePorts the source virt-handler must see: the
+// proxy's address and local ports (libvirt port values kept) when the
+// published mapping matches the current remote endpoint, otherwise empty
+// values, which make virt-handler wait. It is a pure function of its inputs,
+// so the synchronization controller's repeated copies of the truthful values
+// always turn into the same stored values.
+func Rewrite(remote Remote, annotation string) (address string, ports map[string]int) {
+	if annotation == "" {
+		return "", nil
+	}
+	m, err := DecodeMapping(annotation)
+	if err != nil || !remote.Matches(m) {
+		return "", nil
+	}
+	ports = make(map[string]int, len(remote.Ports))
+	for remotePort, libvirtPort := range remote.Ports {
+		ports[m.Ports[remotePort]] = libvirtPort
+	}
+	return m.Address, ports
+}

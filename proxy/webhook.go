@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"time"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kvnet/kvnet/metrics"
+)
+
+const webhookName = "mutate-vmi-migration-status"
+
+// StatusRewriter is the mutating admission handler for UPDATEs of
+// VirtualMachineInstances that carry status.migrationState.targetState. For
+// the source VMI of a decentralized migration it makes the two top-level
+// fields the source virt-handler dials (targetNodeAddress,
+// targetDirectMigrationNodePorts) point at the proxy's relays, or empties
+// them until the relays are published, so the remote node address, which the
+// source node cannot reach, never gets through. targetState stays truthful:
+// it is the proxy's input and the record of the real endpoint.
+//
+// VMIs have no status subresource, so every status writer (virt-handler,
+// virt-controller, the synchronization controller) goes through this rule.
+type StatusRewriter struct {
+	// Reader answers the VMIM lookup; the manager's cache.
+	Reader client.Reader
+	// APIReader, if set, is asked when Reader finds no source migration: a
+	// VMIM created moments ago may not be in the cache yet, and missing it
+	// would let the unreachable address through.
+	APIReader client.Reader
+}
+
+// Handle implements admission.Handler.
+func (h *StatusRewriter) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+	start := time.Now()
+	log := logf.FromContext(ctx).WithValues("webhook", webhookName, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error(fmt.Errorf("%v", p), "handler panicked")
+			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("kvnet %s failed unexpectedly; see the kvnet logs for uid %s", webhookName, req.UID))
+		}
+		observe(start, resp)
+	}()
+	if req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	var vmi kubevirtv1.VirtualMachineInstance
+	if err := json.Unmarshal(req.Object.Raw, &vmi); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the VirtualMachineInstance: %w", err))
+	}
+	if vmi.Namespace == "" {
+		vmi.Namespace = req.Namespace
+	}
+	if vmi.Status.MigrationState == nil || vmi.Status.MigrationState.TargetState == nil {
+		return admission.Allowed("no targetState")
+	}
+	vmim, err := SourceMigration(ctx, h.Reader, &vmi)
+	if err == nil && vmim == nil && h.APIReader != nil {
+		vmim, err = SourceMigration(ctx, h.APIReader, &vmi)
+	}
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("looking up the VMI's source migration: %w", err))
+	}
+	if vmim == nil {
+		return admission.Allowed("not the source of a decentralized migration")
+	}
+	var address string
+	var ports map[string]int
+	if remote, ok := RemoteOf(&vmi, vmim); ok {
+		address, ports = Rewrite(remote, vmi.Annotations[AnnotationMapping])
+	}
+	ops, err := statusOps(req.Object.Raw, address, ports)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if len(ops) == 0 {
+		return admission.Allowed("")
+	}
+	if address == "" {
+		log.V(1).Info("holding back the remote migration endpoint until the proxy publishes relays", "migrationID", vmim.Spec.SendTo.MigrationID)
+	} else {
+		log.Info("pointing the source virt-handler at the migration proxy", "migrationID", vmim.Spec.SendTo.MigrationID, "address", address, "ports", ports)
+	}
+	return admission.Patched("", ops...)
+}
+
+// statusOps returns the JSON patch operations that set the two top-level
+// fields to address and ports (empty: remove). It reads the raw request to
+// know which keys are present, since an empty but present ports map is not
+// the same as none to virt-handler (it waits only for a nil map).
+func statusOps(raw []byte, address string, ports map[string]int) ([]jsonpatch.JsonPatchOperation, error) {
+	var obj struct {
+		Status struct {
+			MigrationState map[string]json.RawMessage `json:"migrationState"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("decoding status.migrationState: %w", err)
+	}
+	ms := obj.Status.MigrationState
+	const base = "/status/migrationState/"
+	var ops []jsonpatch.JsonPatchOperation
+
+	curAddr, hasAddr := ms["targetNodeAddress"]
+	switch {
+	case address == "" && hasAddr:
+		ops = append(ops, jsonpatch.NewOperation("remove", base+"targetNodeAddress", nil))
+	case address != "":
+		var cur string
+		if !hasAddr || json.Unmarshal(curAddr, &cur) != nil || cur != address {
+			ops = append(ops, jsonpatch.NewOperation("add", base+"targetNodeAddress", address))
+		}
+	}
+
+	curPorts, hasPorts := ms["targetDirectMigrationNodePorts"]
+	switch {
+	case ports == nil && hasPorts:
+		ops = append(ops, jsonpatch.NewOperation("remove", base+"targetDirectMigrationNodePorts", nil))
+	case ports != nil:
+		var cur map[string]int
+		if !hasPorts || json.Unmarshal(curPorts, &cur) != nil || !maps.Equal(cur, ports) {
+			ops = append(ops, jsonpatch.NewOperation("add", base+"targetDirectMigrationNodePorts", ports))
+		}
+	}
+	return ops, nil
+}
+
+// observe counts the outcome on kvnet's shared admission metrics.
+func observe(start time.Time, resp admission.Response) {
+	outcome := "allowed"
+	switch {
+	case resp.Result != nil && resp.Result.Code >= 500:
+		outcome = "error"
+	case !resp.Allowed && resp.Result != nil && resp.Result.Code == http.StatusBadRequest:
+		outcome = "bad-request"
+	case !resp.Allowed:
+		outcome = "denied"
+	case len(resp.Patches) > 0:
+		outcome = "patched"
+	}
+	metrics.Requests.WithLabelValues(webhookName, outcome).Inc()
+	metrics.RequestLatency.WithLabelValues(webhookName).Observe(time.Since(start).Seconds())
+}
