@@ -32,11 +32,12 @@ const webhookName = "mutate-vmi-migration-status"
 // VMIs have no status subresource, so every status writer (virt-handler,
 // virt-controller, the synchronization controller) goes through this rule.
 type StatusRewriter struct {
-	// Reader answers the VMIM lookup; the manager's cache.
+	// Reader answers the VMIM lookup. kvnet passes the manager's API reader
+	// (see cmd/kvnet/app/proxy.go for why not a cache).
 	Reader client.Reader
-	// APIReader, if set, is asked when Reader finds no source migration: a
-	// VMIM created moments ago may not be in the cache yet, and missing it
-	// would let the unreachable address through.
+	// APIReader, if set, is asked when Reader finds no source migration:
+	// with a cache as Reader, a VMIM created moments ago may not be in it
+	// yet, and missing it would let the unreachable address through.
 	APIReader client.Reader
 }
 

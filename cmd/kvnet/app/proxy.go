@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -32,12 +31,14 @@ func init() {
 // every webhook replica. It is harmless without `kvnet proxy`: with no
 // published mapping it only holds back the remote endpoint, and it is sent
 // nothing unless the MigrationProxyWebhook rule is registered.
-func migrationProxyExtension(ctx context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, _ *ServeOptions) error {
-	// Start the VMIM informer with the manager so readiness waits for it.
-	if _, err := mgr.GetCache().GetInformer(ctx, &kubevirtv1.VirtualMachineInstanceMigration{}); err != nil {
-		return fmt.Errorf("starting the VirtualMachineInstanceMigration informer: %w", err)
-	}
-	h := &proxy.StatusRewriter{Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader()}
+func migrationProxyExtension(_ context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, _ *ServeOptions) error {
+	// The VMIM lookup reads the API server, not an informer: an informer
+	// would make every kvnet replica need list/watch on VMIMs cluster-wide
+	// and wait for it to be ready, although the chart does not register this
+	// rule yet (and without RBAC the replica never becomes ready). The rule's
+	// matchConditions send only VMI writes with a targetState, a handful per
+	// migration, and a live read cannot miss a VMIM created a moment ago.
+	h := &proxy.StatusRewriter{Reader: mgr.GetAPIReader()}
 	mgr.GetWebhookServer().Register(webhook.PathMutateVMIMigrationStatus, &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)})
 	return nil
 }
