@@ -337,6 +337,63 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 		t.Errorf("each target should have seen exactly one relayed connection: control %d, direct %d", control.accepted.Load(), direct.accepted.Load())
 	}
 
+	// 4b. The target reports another endpoint (a block-migration port is
+	// added): the published mapping no longer matches, so the write that
+	// brings it is held back; the proxy replaces its relays and publishes.
+	block := newProxyEchoTarget(t)
+	oldMapping := mapping
+	remotePorts = map[string]int{control.port(): 0, direct.port(): 49152, block.port(): 49153}
+	ms, err := syncWrite()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.TargetNodeAddress != "" || ms.TargetDirectMigrationNodePorts != nil {
+		t.Fatalf("a write with a new endpoint and the old mapping stored targetNodeAddress %q, ports %v; want both empty", ms.TargetNodeAddress, ms.TargetDirectMigrationNodePorts)
+	}
+	proxyEventually(t, "the proxy publishes relays for the new endpoint", func() error {
+		var cur kubevirtv1.VirtualMachineInstance
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil {
+			return err
+		}
+		m, err := proxy.DecodeMapping(cur.Annotations[proxy.AnnotationMapping])
+		if err != nil {
+			return err
+		}
+		if len(m.Ports) != 3 {
+			return fmt.Errorf("mapping %+v, want 3 ports", m)
+		}
+		want := map[string]int{}
+		for remote, local := range m.Ports {
+			want[local] = remotePorts[remote]
+		}
+		if ms := cur.Status.MigrationState; ms.TargetNodeAddress != proxyAddr || !maps.Equal(ms.TargetDirectMigrationNodePorts, want) {
+			return fmt.Errorf("stored targetNodeAddress %q, ports %v; want %s, %v", ms.TargetNodeAddress, ms.TargetDirectMigrationNodePorts, proxyAddr, want)
+		}
+		mapping = m
+		return truthful(cur.Status.MigrationState)
+	})
+	inUse := map[string]bool{}
+	for _, local := range mapping.Ports {
+		inUse[local] = true
+	}
+	for _, local := range oldMapping.Ports {
+		if inUse[local] {
+			continue // the kernel handed the same port out again
+		}
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(proxyAddr, local), 5*time.Second); err == nil {
+			c.Close()
+			t.Errorf("the relay for the old endpoint on %s:%s still accepts", proxyAddr, local)
+		}
+	}
+	for remote, local := range mapping.Ports {
+		if err := proxyRoundTrip(net.JoinHostPort(proxyAddr, local), 1<<20); err != nil {
+			t.Fatalf("relay %s:%s -> %s:%s: %v", proxyAddr, local, targetAddr, remote, err)
+		}
+	}
+	if block.accepted.Load() != 1 {
+		t.Errorf("the block-migration target saw %d relayed connections, want 1", block.accepted.Load())
+	}
+
 	// 5. The migration ends: the relays close and the mapping goes away.
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmim), vmim); err != nil {
 		t.Fatal(err)
