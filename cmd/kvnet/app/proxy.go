@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -68,6 +69,9 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		// A new leader must not open relays while the old one may still
 		// hold them: release the lease on a clean shutdown so hand-over is quick.
 		LeaderElectionReleaseOnCancel: true,
+		// A process runs one proxy manager, but tests build one per run
+		// (go test -count=N): the controller-name check is global.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the proxy manager: %w", err)
