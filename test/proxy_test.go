@@ -394,6 +394,23 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 		t.Errorf("the block-migration target saw %d relayed connections, want 1", block.accepted.Load())
 	}
 
+	// 4c. The rule's matchConditions skip finished migrations (migrationState
+	// stays on the VMI afterwards): a write with completed=true is stored as
+	// written, kvnet is not called.
+	var done1 kubevirtv1.VirtualMachineInstance
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), &done1); err != nil {
+		t.Fatal(err)
+	}
+	done1.Status.MigrationState.Completed = true
+	done1.Status.MigrationState.TargetNodeAddress = targetAddr
+	done1.Status.MigrationState.TargetDirectMigrationNodePorts = maps.Clone(remotePorts)
+	if err := env.Client.Update(ctx, &done1); err != nil {
+		t.Fatal(err)
+	}
+	if ms := done1.Status.MigrationState; ms.TargetNodeAddress != targetAddr || !maps.Equal(ms.TargetDirectMigrationNodePorts, remotePorts) {
+		t.Errorf("a completed migration's write was rewritten: targetNodeAddress %q, ports %v", ms.TargetNodeAddress, ms.TargetDirectMigrationNodePorts)
+	}
+
 	// 5. The migration ends: the relays close and the mapping goes away.
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmim), vmim); err != nil {
 		t.Fatal(err)

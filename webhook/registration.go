@@ -159,11 +159,15 @@ func (r Registration) MigrationProxyWebhook() admissionregv1.MutatingWebhook {
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
 		}}},
-		// Only writes that carry a targetState reach kvnet: most VMI status
-		// updates never leave the API server.
+		// Only writes of a migration in flight reach kvnet: a targetState,
+		// and not yet completed or failed (migrationState stays on the VMI
+		// after the migration). Most VMI status updates never leave the API
+		// server.
 		MatchConditions: []admissionregv1.MatchCondition{{
-			Name:       "has-target-state",
-			Expression: "has(object.status) && has(object.status.migrationState) && has(object.status.migrationState.targetState)",
+			Name: "migration-in-flight",
+			Expression: "has(object.status) && has(object.status.migrationState) && has(object.status.migrationState.targetState)" +
+				" && !(has(object.status.migrationState.completed) && object.status.migrationState.completed == true)" +
+				" && !(has(object.status.migrationState.failed) && object.status.migrationState.failed == true)",
 		}},
 		FailurePolicy:           ptr.To(admissionregv1.Fail),
 		SideEffects:             ptr.To(admissionregv1.SideEffectClassNone),

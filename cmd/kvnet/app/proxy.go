@@ -29,16 +29,18 @@ func init() {
 }
 
 // migrationProxyExtension serves the migration proxy's status rewrite on
-// every webhook replica. It is harmless without `kvnet proxy`: with no
-// published mapping it only holds back the remote endpoint, and it is sent
-// nothing unless the MigrationProxyWebhook rule is registered.
+// every webhook replica. The API server sends it nothing unless the
+// MigrationProxyWebhook rule is registered; register that rule only where
+// `kvnet proxy` runs, since without published relays the rewrite holds every
+// decentralized migration source back (by design: it never lets the
+// unreachable remote address through).
 func migrationProxyExtension(_ context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, _ *ServeOptions) error {
 	// The VMIM lookup reads the API server, not an informer: an informer
 	// would make every kvnet replica need list/watch on VMIMs cluster-wide
 	// and wait for it to be ready, although the chart does not register this
 	// rule yet (and without RBAC the replica never becomes ready). The rule's
-	// matchConditions send only VMI writes with a targetState, a handful per
-	// migration, and a live read cannot miss a VMIM created a moment ago.
+	// matchConditions send only VMI writes that carry a targetState (those of
+	// migrations in flight), and a live read cannot miss a VMIM created a moment ago.
 	h := &proxy.StatusRewriter{Reader: mgr.GetAPIReader()}
 	mgr.GetWebhookServer().Register(webhook.PathMutateVMIMigrationStatus, &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)})
 	return nil
