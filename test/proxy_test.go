@@ -436,3 +436,91 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 		return nil
 	})
 }
+
+// TestProxyLeavesNonSourcesAlone: the rewrite touches only sources of a
+// decentralized migration. A local migration (no VMIM with sendTo) and the
+// target side (VMIM with receive), whose fields the target virt-handler
+// owns, keep what was written.
+func TestProxyLeavesNonSourcesAlone(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	proxyRegisterWebhook(t, ns)
+	ports := map[string]int{"40001": 0, "40002": 49152}
+
+	// First a source, until its write is held back: then the rule is live in
+	// the API server's admission chain, and the writes below are really
+	// sent to kvnet rather than passing before it is registered.
+	src := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "source"},
+		Status:     kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Running, NodeName: "node-a"},
+	}
+	if err := env.Client.Create(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	srcMig := &kubevirtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "source-out", Labels: map[string]string{"kubevirt.io/vmi-name": "source"}},
+		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "source",
+			SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: "mig-out", ConnectURL: "127.0.0.1:9185"}},
+	}
+	if err := env.Client.Create(ctx, srcMig); err != nil {
+		t.Fatal(err)
+	}
+	proxyEventually(t, "the rule holds back a source's remote endpoint", func() error {
+		var cur kubevirtv1.VirtualMachineInstance
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(src), &cur); err != nil {
+			return err
+		}
+		cur.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{
+			MigrationUID: srcMig.UID,
+			TargetState: &kubevirtv1.VirtualMachineInstanceMigrationTargetState{
+				NodeAddress: ptr.To("127.0.0.1"), DirectMigrationNodePorts: maps.Clone(ports),
+			},
+			TargetNodeAddress: "127.0.0.1", TargetDirectMigrationNodePorts: maps.Clone(ports),
+		}
+		if err := env.Client.Update(ctx, &cur); err != nil {
+			return err
+		}
+		if ms := cur.Status.MigrationState; ms.TargetNodeAddress != "" || ms.TargetDirectMigrationNodePorts != nil {
+			return fmt.Errorf("stored targetNodeAddress %q, ports %v", ms.TargetNodeAddress, ms.TargetDirectMigrationNodePorts)
+		}
+		return nil
+	})
+
+	for _, tc := range []struct {
+		name string
+		vmim *kubevirtv1.VirtualMachineInstanceMigrationSpec
+	}{
+		{name: "local", vmim: &kubevirtv1.VirtualMachineInstanceMigrationSpec{}},
+		{name: "target", vmim: &kubevirtv1.VirtualMachineInstanceMigrationSpec{Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: "mig-in"}}},
+	} {
+		vmi := &kubevirtv1.VirtualMachineInstance{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tc.name},
+			Status:     kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Running, NodeName: "node-a"},
+		}
+		if err := env.Client.Create(ctx, vmi); err != nil {
+			t.Fatalf("creating VMI %s: %v", tc.name, err)
+		}
+		spec := *tc.vmim
+		spec.VMIName = tc.name
+		vmim := &kubevirtv1.VirtualMachineInstanceMigration{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tc.name + "-mig", Labels: map[string]string{"kubevirt.io/vmi-name": tc.name}},
+			Spec:       spec,
+		}
+		if err := env.Client.Create(ctx, vmim); err != nil {
+			t.Fatalf("creating VMIM for %s: %v", tc.name, err)
+		}
+		vmi.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{
+			MigrationUID: vmim.UID,
+			TargetState: &kubevirtv1.VirtualMachineInstanceMigrationTargetState{
+				NodeAddress: ptr.To("127.0.0.1"), DirectMigrationNodePorts: maps.Clone(ports),
+			},
+			TargetNodeAddress: "127.0.0.1", TargetDirectMigrationNodePorts: maps.Clone(ports),
+		}
+		if err := env.Client.Update(ctx, vmi); err != nil {
+			t.Fatalf("status write of %s: %v", tc.name, err)
+		}
+		if ms := vmi.Status.MigrationState; ms.TargetNodeAddress != "127.0.0.1" || !maps.Equal(ms.TargetDirectMigrationNodePorts, ports) {
+			t.Errorf("%s: stored targetNodeAddress %q, ports %v; want the written values", tc.name, ms.TargetNodeAddress, ms.TargetDirectMigrationNodePorts)
+		}
+	}
+}
