@@ -32,12 +32,13 @@ const webhookName = "mutate-vmi-migration-status"
 // VMIs have no status subresource, so every status writer (virt-handler,
 // virt-controller, the synchronization controller) goes through this rule.
 type StatusRewriter struct {
-	// Reader answers the VMIM lookup. kvnet passes the manager's API reader
-	// (see cmd/kvnet/app/proxy.go for why not a cache).
+	// Reader answers the VMIM lookup; kvnet passes the manager's cache.
 	Reader client.Reader
-	// APIReader, if set, is asked when Reader finds no source migration:
-	// with a cache as Reader, a VMIM created moments ago may not be in it
-	// yet, and missing it would let the unreachable address through.
+	// APIReader, if set, is asked only when Reader knows no migration with
+	// the VMI's status.migrationState.migrationUID at all: the cache is then
+	// behind (a VMIM created moments ago), and missing a source migration
+	// would let the unreachable address through. Local and target-side
+	// migrations are in the cache and never cost an API call.
 	APIReader client.Reader
 }
 
@@ -67,7 +68,10 @@ func (h *StatusRewriter) Handle(ctx context.Context, req admission.Request) (res
 	}
 	vmim, err := SourceMigration(ctx, h.Reader, &vmi)
 	if err == nil && vmim == nil && h.APIReader != nil {
-		vmim, err = SourceMigration(ctx, h.APIReader, &vmi)
+		var known bool
+		if known, err = knowsMigration(ctx, h.Reader, &vmi); err == nil && !known {
+			vmim, err = SourceMigration(ctx, h.APIReader, &vmi)
+		}
 	}
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("looking up the VMI's source migration: %w", err))
@@ -151,4 +155,24 @@ func observe(start time.Time, resp admission.Response) {
 	}
 	metrics.Requests.WithLabelValues(webhookName, outcome).Inc()
 	metrics.RequestLatency.WithLabelValues(webhookName).Observe(time.Since(start).Seconds())
+}
+
+// knowsMigration reports whether r holds the VMIM the VMI's migrationState
+// names. A VMI without a migrationUID counts as known: there is nothing to
+// wait for.
+func knowsMigration(ctx context.Context, r client.Reader, vmi *kubevirtv1.VirtualMachineInstance) (bool, error) {
+	ms := vmi.Status.MigrationState
+	if ms == nil || ms.MigrationUID == "" {
+		return true, nil
+	}
+	var list kubevirtv1.VirtualMachineInstanceMigrationList
+	if err := r.List(ctx, &list, client.InNamespace(vmi.Namespace)); err != nil {
+		return false, fmt.Errorf("listing VirtualMachineInstanceMigrations in %s: %w", vmi.Namespace, err)
+	}
+	for i := range list.Items {
+		if list.Items[i].UID == ms.MigrationUID {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"os"
 	"time"
 
@@ -34,14 +35,14 @@ func init() {
 // `kvnet proxy` runs, since without published relays the rewrite holds every
 // decentralized migration source back (by design: it never lets the
 // unreachable remote address through).
-func migrationProxyExtension(_ context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, _ *ServeOptions) error {
-	// The VMIM lookup reads the API server, not an informer: an informer
-	// would make every kvnet replica need list/watch on VMIMs cluster-wide
-	// and wait for it to be ready, although the chart does not register this
-	// rule yet (and without RBAC the replica never becomes ready). The rule's
-	// matchConditions send only VMI writes that carry a targetState (those of
-	// migrations in flight), and a live read cannot miss a VMIM created a moment ago.
-	h := &proxy.StatusRewriter{Reader: mgr.GetAPIReader()}
+func migrationProxyExtension(ctx context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, _ *ServeOptions) error {
+	// VMIMs come from an informer started with the manager (no API call per
+	// admission); the API is read only when the cache does not know the
+	// migration a VMI names yet.
+	if _, err := mgr.GetCache().GetInformer(ctx, &kubevirtv1.VirtualMachineInstanceMigration{}); err != nil {
+		return fmt.Errorf("starting the VirtualMachineInstanceMigration informer: %w", err)
+	}
+	h := &proxy.StatusRewriter{Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader()}
 	mgr.GetWebhookServer().Register(webhook.PathMutateVMIMigrationStatus, &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)})
 	return nil
 }
