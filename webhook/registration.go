@@ -23,6 +23,11 @@ type Registration struct {
 	FailurePolicy admissionregv1.FailurePolicyType
 	// TimeoutSeconds per call; default 10.
 	TimeoutSeconds int32
+	// MigrationProxy adds the migration proxy's VMI status rewrite
+	// (MigrationProxyWebhook) to the mutating configuration. Only with
+	// `kvnet proxy` running: the rule holds every decentralized migration
+	// until the proxy has published its relays.
+	MigrationProxy bool
 }
 
 // Labels KubeVirt puts on its pods, which the pod webhooks select on.
@@ -107,6 +112,9 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 				AdmissionReviewVersions: []string{"v1"},
 			},
 		},
+	}
+	if r.MigrationProxy {
+		mutating.Webhooks = append(mutating.Webhooks, r.MigrationProxyWebhook())
 	}
 	validating := &admissionregv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

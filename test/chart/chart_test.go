@@ -141,6 +141,12 @@ config:
       nad: kubevirt/migration
       pool: {cidr: 10.10.0.0/24}
 `},
+	"migration proxy on": {release: "kvnet", namespace: "kvnet-proxy", values: `
+migrationProxy: {enabled: true, replicas: 2, dialTimeout: 5s}
+`},
+	"migration proxy on with a fixed address": {release: "xc", namespace: "xc-system", values: `
+migrationProxy: {enabled: true, replicas: 1, advertiseAddress: 192.0.2.10}
+`},
 }
 
 // Every case lints, renders, carries a config kvnet accepts, and every
@@ -193,6 +199,9 @@ func TestChartWebhooksMirrorRegistration(t *testing.T) {
 			reg := webhook.Registration{
 				Name: fullname, ServiceNamespace: c.namespace, ServiceName: fullname, ServicePort: 443,
 				ExcludedNamespaces: append(excludedFromValues(vals), c.namespace),
+			}
+			if p, ok := vals["migrationProxy"].(map[string]any); ok && p["enabled"] == true {
+				reg.MigrationProxy = true
 			}
 			if w, ok := vals["webhooks"].(map[string]any); ok {
 				if fp, ok := w["failurePolicy"].(string); ok {
@@ -345,10 +354,15 @@ func excludedFromValues(v map[string]any) []string {
 	return out
 }
 
-// decodeKind converts the one rendered object of kind into out.
+// decodeKind decodes kvnet's own object of a kind: the migration proxy's
+// objects (label app.kubernetes.io/component=migration-proxy, or a name
+// ending in -migration-proxy) are of the same kinds and are skipped.
 func decodeKind(t *testing.T, objs []*unstructured.Unstructured, kind string, out any) {
 	t.Helper()
 	for _, o := range objs {
+		if o.GetLabels()["app.kubernetes.io/component"] == "migration-proxy" || strings.HasSuffix(o.GetName(), "-migration-proxy") {
+			continue
+		}
 		if o.GetKind() == kind {
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, out, true); err != nil {
 				t.Fatalf("%s %s: %v", kind, o.GetName(), err)
