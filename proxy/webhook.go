@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -15,7 +14,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/kvnet/kvnet/metrics"
+	"github.com/kvnet/kvnet/webhook"
 )
 
 const webhookName = "mutate-vmi-migration-status"
@@ -43,16 +42,12 @@ type StatusRewriter struct {
 }
 
 // Handle implements admission.Handler.
-func (h *StatusRewriter) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
-	start := time.Now()
-	log := logf.FromContext(ctx).WithValues("webhook", webhookName, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
-	defer func() {
-		if p := recover(); p != nil {
-			log.Error(fmt.Errorf("%v", p), "handler panicked")
-			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("kvnet %s failed unexpectedly; see the kvnet logs for uid %s", webhookName, req.UID))
-		}
-		observe(start, resp)
-	}()
+func (h *StatusRewriter) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return webhook.Serve(ctx, webhookName, req, h.rewrite)
+}
+
+func (h *StatusRewriter) rewrite(ctx context.Context, req admission.Request) admission.Response {
+	log := logf.FromContext(ctx)
 	if req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -138,23 +133,6 @@ func statusOps(raw []byte, address string, ports map[string]int) ([]jsonpatch.Js
 		}
 	}
 	return ops, nil
-}
-
-// observe counts the outcome on kvnet's shared admission metrics.
-func observe(start time.Time, resp admission.Response) {
-	outcome := "allowed"
-	switch {
-	case resp.Result != nil && resp.Result.Code >= 500:
-		outcome = "error"
-	case !resp.Allowed && resp.Result != nil && resp.Result.Code == http.StatusBadRequest:
-		outcome = "bad-request"
-	case !resp.Allowed:
-		outcome = "denied"
-	case len(resp.Patches) > 0:
-		outcome = "patched"
-	}
-	metrics.Requests.WithLabelValues(webhookName, outcome).Inc()
-	metrics.RequestLatency.WithLabelValues(webhookName).Observe(time.Since(start).Seconds())
 }
 
 // knowsMigration reports whether r holds the VMIM the VMI's migrationState

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +15,6 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/metrics"
 	"github.com/kvnet/kvnet/patch"
 )
 
@@ -32,17 +30,12 @@ type VMMutator struct {
 }
 
 // Handle implements admission.Handler.
-func (h *VMMutator) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
-	name := "mutate-" + h.Kind
-	start := time.Now()
-	log := logf.FromContext(ctx).WithValues("webhook", name, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
-	defer func() {
-		if p := recover(); p != nil {
-			log.Error(fmt.Errorf("%v", p), "handler panicked")
-			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("kvnet %s failed unexpectedly; see the kvnet logs for uid %s", name, req.UID))
-		}
-		observe(name, start, resp)
-	}()
+func (h *VMMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return Serve(ctx, "mutate-"+h.Kind, req, h.mutate)
+}
+
+func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp admission.Response) {
+	log := logf.FromContext(ctx)
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -68,7 +61,6 @@ func (h *VMMutator) Handle(ctx context.Context, req admission.Request) (resp adm
 		}
 		snaps[i] = patch.Region{Pointer: r.Pointer, Before: b}
 	}
-	ctx = logf.IntoContext(ctx, log)
 	if err := chain.RunMutators(ctx, cr, h.Mutators); err != nil {
 		return errorResponse(err, cr.Warnings)
 	}
@@ -107,21 +99,4 @@ func errorResponse(err error, warnings []string) admission.Response {
 	resp := admission.Errored(http.StatusInternalServerError, err)
 	resp.Warnings = warnings
 	return resp
-}
-
-// observe counts the outcome of one request.
-func observe(webhook string, start time.Time, resp admission.Response) {
-	outcome := "allowed"
-	switch {
-	case resp.Result != nil && resp.Result.Code >= 500:
-		outcome = "error"
-	case !resp.Allowed && resp.Result != nil && resp.Result.Code == http.StatusBadRequest:
-		outcome = "bad-request"
-	case !resp.Allowed:
-		outcome = "denied"
-	case len(resp.Patches) > 0:
-		outcome = "patched"
-	}
-	metrics.Requests.WithLabelValues(webhook, outcome).Inc()
-	metrics.RequestLatency.WithLabelValues(webhook).Observe(time.Since(start).Seconds())
 }

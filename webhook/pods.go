@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,17 +30,12 @@ type PodMutator struct {
 }
 
 // Handle implements admission.Handler.
-func (h *PodMutator) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
-	name := "mutate-" + h.Name
-	start := time.Now()
-	log := logf.FromContext(ctx).WithValues("webhook", name, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
-	defer func() {
-		if p := recover(); p != nil {
-			log.Error(fmt.Errorf("%v", p), "handler panicked")
-			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("kvnet %s failed unexpectedly; see the kvnet logs for uid %s", name, req.UID))
-		}
-		observe(name, start, resp)
-	}()
+func (h *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return Serve(ctx, "mutate-"+h.Name, req, h.mutatePod)
+}
+
+func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request) (resp admission.Response) {
+	log := logf.FromContext(ctx)
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -81,7 +75,6 @@ func (h *PodMutator) Handle(ctx context.Context, req admission.Request) (resp ad
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding Pod: %w", err))
 	}
-	ctx = logf.IntoContext(ctx, log)
 	if err := chain.RunPodMutators(ctx, pr, h.Mutators); err != nil {
 		return errorResponse(err, pr.Warnings)
 	}

@@ -2,9 +2,7 @@ package webhook
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -28,21 +26,15 @@ type VMValidator struct {
 }
 
 // Handle implements admission.Handler.
-func (h *VMValidator) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
-	name := "validate-" + h.Kind
-	start := time.Now()
-	log := logf.FromContext(ctx).WithValues("webhook", name, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
-	defer func() {
-		if p := recover(); p != nil {
-			log.Error(fmt.Errorf("%v", p), "handler panicked")
-			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("kvnet %s failed unexpectedly; see the kvnet logs for uid %s", name, req.UID))
-		}
-		observe(name, start, resp)
-	}()
+func (h *VMValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return Serve(ctx, "validate-"+h.Kind, req, h.validate)
+}
+
+func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp admission.Response) {
+	log := logf.FromContext(ctx)
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	ctx = logf.IntoContext(ctx, log)
 	_, cr, err := decodeVMish(h.Kind, req.Object.Raw)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
