@@ -69,8 +69,9 @@ bench:
 
 FUZZTIME ?= 30s
 fuzz:
-	for t in $$($(GO) test -list '^Fuzz' ./config/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./config/ || exit 1; done
-	for t in $$($(GO) test -list '^Fuzz' ./multus/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./multus/ || exit 1; done
-	for t in $$($(GO) test -list '^Fuzz' ./mutators/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./mutators/ || exit 1; done
-	for t in $$($(GO) test -list '^Fuzz' ./persistentips/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./persistentips/ || exit 1; done
-	for t in $$($(GO) test -list '^Fuzz' ./webhook/ | grep ^Fuzz); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./webhook/ || exit 1; done
+	@# Every package with Fuzz targets, found rather than listed, so a new one is never skipped.
+	for pkg in $$(grep -l '^func Fuzz' $$(git ls-files '*_test.go') | xargs -n1 dirname | sort -u); do \
+		for t in $$($(GO) test -list '^Fuzz' ./$$pkg/ | grep ^Fuzz); do \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./$$pkg/ || exit 1; \
+		done; \
+	done
