@@ -20,32 +20,39 @@ type NetworkInjector struct{}
 // Name implements chain.Mutator.
 func (NetworkInjector) Name() string { return "networks" }
 
-type wantedNetwork struct {
-	rule string
-	net  config.Network
+// Wanted is one network a config rule or the annotation asks for.
+type Wanted struct {
+	// Rule names the rule, or is chain.NetworksAnnotation.
+	Rule    string
+	Network config.Network
 }
+
+// AnnotationPath is the field path of the kvnet.io/networks annotation.
+var AnnotationPath = field.NewPath("metadata", "annotations").Key(chain.NetworksAnnotation)
 
 // Mutate implements chain.Mutator.
 func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
-	wanted, err := m.wanted(ctx, req)
+	wanted, err := Requested(ctx, req)
 	if err != nil || len(wanted) == 0 {
 		return err
 	}
 	for _, w := range wanted {
-		added, err := m.ensure(ctx, req, w.net)
+		added, err := m.ensure(ctx, req, w.Network)
 		if err != nil {
 			return err
 		}
 		if added {
-			req.Record(m.Name(), w.rule, w.net.Name)
+			req.Record(m.Name(), w.Rule, w.Network.Name)
 		}
 	}
 	return nil
 }
 
-// wanted lists the rules' networks, then the annotation's, in order.
-func (NetworkInjector) wanted(ctx context.Context, req *chain.Request) ([]wantedNetwork, error) {
-	var out []wantedNetwork
+// Requested lists the networks the matching config rules ask for, then the
+// annotation's, in order. A malformed annotation is a 422 on its field.
+// The persistent-IPs validator reads the same list.
+func Requested(ctx context.Context, req *chain.Request) ([]Wanted, error) {
+	var out []Wanted
 	var nsLabels map[string]string
 	nsRead := false
 	for i := range req.Config.NetworkRules {
@@ -61,17 +68,16 @@ func (NetworkInjector) wanted(ctx context.Context, req *chain.Request) ([]wanted
 			continue
 		}
 		for _, n := range r.Networks {
-			out = append(out, wantedNetwork{rule: r.Name, net: n})
+			out = append(out, Wanted{Rule: r.Name, Network: n})
 		}
 	}
 	if v, ok := req.Meta.Annotations[chain.NetworksAnnotation]; ok {
-		p := field.NewPath("metadata", "annotations").Key(chain.NetworksAnnotation)
-		nets, errs := ParseRequested(v, p)
+		nets, errs := ParseRequested(v, AnnotationPath)
 		if len(errs) > 0 {
 			return nil, req.Invalid(errs)
 		}
 		for _, n := range nets {
-			out = append(out, wantedNetwork{rule: chain.NetworksAnnotation, net: n})
+			out = append(out, Wanted{Rule: chain.NetworksAnnotation, Network: n})
 		}
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package validators
 import (
 	"context"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -104,39 +105,24 @@ func (v PersistentIPs) Validate(ctx context.Context, req *chain.Request) (field.
 }
 
 // asks lists the networks the config rules matching this object and its
-// kvnet.io/networks annotation ask to keep their IPs. Malformed annotations
-// were refused by the networks mutator already and are ignored here.
+// kvnet.io/networks annotation ask to keep their IPs. A malformed annotation
+// was refused by the networks mutator already and is ignored here.
 func (PersistentIPs) asks(ctx context.Context, req *chain.Request) ([]persistentAsk, error) {
-	var out []persistentAsk
-	var nsLabels map[string]string
-	nsRead := false
-	for i := range req.Config.NetworkRules {
-		r := &req.Config.NetworkRules[i]
-		if r.NeedsNamespaceLabels() && !nsRead {
-			var err error
-			if nsLabels, err = req.Facts.NamespaceLabels(ctx, req.Namespace); err != nil {
-				return nil, err
-			}
-			nsRead = true
-		}
-		if !r.Matches(nsLabels, req.Meta.Labels) {
-			continue
-		}
-		for _, n := range r.Networks {
-			if n.PersistentIPs {
-				out = append(out, persistentAsk{net: n, source: "config rule " + r.Name})
-			}
-		}
+	wanted, err := mutators.Requested(ctx, req)
+	if apierrors.IsInvalid(err) {
+		return nil, nil
 	}
-	if v, ok := req.Meta.Annotations[chain.NetworksAnnotation]; ok {
-		p := field.NewPath("metadata", "annotations").Key(chain.NetworksAnnotation)
-		nets, errs := mutators.ParseRequested(v, p)
-		if len(errs) == 0 {
-			for _, n := range nets {
-				if n.PersistentIPs {
-					out = append(out, persistentAsk{net: n, path: p, source: chain.NetworksAnnotation})
-				}
-			}
+	if err != nil {
+		return nil, err
+	}
+	var out []persistentAsk
+	for _, w := range wanted {
+		switch {
+		case !w.Network.PersistentIPs:
+		case w.Rule == chain.NetworksAnnotation:
+			out = append(out, persistentAsk{net: w.Network, path: mutators.AnnotationPath, source: chain.NetworksAnnotation})
+		default:
+			out = append(out, persistentAsk{net: w.Network, source: "config rule " + w.Rule})
 		}
 	}
 	return out, nil
