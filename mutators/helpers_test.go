@@ -72,22 +72,9 @@ func vmRequest(t testing.TB, vmYAML string, cfg *config.Config) (*kubevirtv1.Vir
 	if vm.Namespace == "" {
 		vm.Namespace = ns
 	}
-	if vm.Spec.Template == nil {
-		vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
-	}
-	return &vm, &chain.Request{
-		Operation:        "CREATE",
-		Kind:             chain.KindVM,
-		Namespace:        vm.Namespace,
-		Name:             vm.Name,
-		Meta:             &vm.ObjectMeta,
-		TemplateMeta:     &vm.Spec.Template.ObjectMeta,
-		Spec:             &vm.Spec.Template.Spec,
-		SpecPath:         field.NewPath("spec", "template", "spec"),
-		TemplateMetaPath: field.NewPath("spec", "template", "metadata"),
-		Config:           cfg,
-		Facts:            testFacts(),
-	}
+	req := chain.ForVM(&vm)
+	req.Operation, req.Config, req.Facts = "CREATE", cfg, testFacts()
+	return &vm, req
 }
 
 // errorTypes reduces an ErrorList to what a test compares: type and path.

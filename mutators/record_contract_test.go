@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
@@ -54,12 +53,8 @@ func TestChangesAreAlwaysRecorded(t *testing.T) {
 		}
 		for run := 1; run <= 2; run++ {
 			before, _ := json.Marshal(&vm)
-			req := &chain.Request{
-				Kind: chain.KindVM, Name: vm.Name, Namespace: vm.Namespace,
-				Meta: &vm.ObjectMeta, TemplateMeta: &vm.Spec.Template.ObjectMeta, Spec: &vm.Spec.Template.Spec,
-				SpecPath: field.NewPath("spec", "template", "spec"), TemplateMetaPath: field.NewPath("spec", "template", "metadata"),
-				Config: cfg, Facts: facts,
-			}
+			req := chain.ForVM(&vm)
+			req.Config, req.Facts = cfg, facts
 			if chain.SkipReason(req) != "" {
 				break
 			}

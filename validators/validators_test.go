@@ -71,19 +71,14 @@ func vmRequest(t testing.TB, specYAML string, vmi bool) *chain.Request {
 	if err := yaml.UnmarshalStrict([]byte(specYAML), &tmpl); err != nil {
 		t.Fatalf("test spec: %v", err)
 	}
-	req := &chain.Request{
-		Operation: "CREATE", Namespace: ns, Name: "vm1",
-		Meta:   &metav1.ObjectMeta{Name: "vm1", Namespace: ns},
-		Config: defaultConfig,
-	}
+	var req *chain.Request
 	if vmi {
-		tmpl.ObjectMeta.Name, tmpl.ObjectMeta.Namespace = "vm1", ns
-		req.Kind, req.Meta, req.TemplateMeta, req.Spec = chain.KindVMI, &tmpl.ObjectMeta, &tmpl.ObjectMeta, &tmpl.Spec
-		req.SpecPath, req.TemplateMetaPath = field.NewPath("spec"), field.NewPath("metadata")
+		req = chain.ForVMI(&kubevirtv1.VirtualMachineInstance{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec})
 	} else {
-		req.Kind, req.TemplateMeta, req.Spec = chain.KindVM, &tmpl.ObjectMeta, &tmpl.Spec
-		req.SpecPath, req.TemplateMetaPath = field.NewPath("spec", "template", "spec"), field.NewPath("spec", "template", "metadata")
+		req = chain.ForVM(&kubevirtv1.VirtualMachine{Spec: kubevirtv1.VirtualMachineSpec{Template: &tmpl}})
 	}
+	req.Meta.Name, req.Meta.Namespace, req.Name, req.Namespace = "vm1", ns, "vm1", ns
+	req.Operation, req.Config = "CREATE", defaultConfig
 	return req
 }
 

@@ -7,7 +7,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
@@ -31,34 +30,13 @@ func decodeVMish(kind string, raw []byte) (any, *chain.Request, error) {
 		if err := json.Unmarshal(raw, &vm); err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
-		if vm.Spec.Template == nil {
-			vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
-		}
-		return &vm, &chain.Request{
-			Kind:             chain.KindVM,
-			Name:             vm.Name,
-			Namespace:        vm.Namespace,
-			Meta:             &vm.ObjectMeta,
-			TemplateMeta:     &vm.Spec.Template.ObjectMeta,
-			Spec:             &vm.Spec.Template.Spec,
-			SpecPath:         field.NewPath("spec", "template", "spec"),
-			TemplateMetaPath: field.NewPath("spec", "template", "metadata"),
-		}, nil
+		return &vm, chain.ForVM(&vm), nil
 	case chain.KindVMI:
 		var vmi kubevirtv1.VirtualMachineInstance
 		if err := json.Unmarshal(raw, &vmi); err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
-		return &vmi, &chain.Request{
-			Kind:             chain.KindVMI,
-			Name:             vmi.Name,
-			Namespace:        vmi.Namespace,
-			Meta:             &vmi.ObjectMeta,
-			TemplateMeta:     &vmi.ObjectMeta,
-			Spec:             &vmi.Spec,
-			SpecPath:         field.NewPath("spec"),
-			TemplateMetaPath: field.NewPath("metadata"),
-		}, nil
+		return &vmi, chain.ForVMI(&vmi), nil
 	}
 	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
 }
