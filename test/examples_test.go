@@ -144,56 +144,6 @@ func waitCachedUnstructured(t *testing.T, u *unstructured.Unstructured) {
 	waitCached(t, &probe, client.ObjectKeyFromObject(u))
 }
 
-// Fields the vendored KubeVirt API does not know survive admission: kvnet's
-// patch never removes what it cannot see.
-func TestUnknownFieldsSurvive(t *testing.T) {
-	ns := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, ns, "storage", "", `{"cniVersion":"0.4.0","name":"storage","type":"bridge"}`)
-	var u unstructured.Unstructured
-	if err := json.Unmarshal([]byte(`{
-  "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-  "metadata": {"name": "future", "namespace": "`+ns+`"},
-  "spec": {
-    "futureTopLevel": {"keep": "me"},
-    "domain": {
-      "devices": {"futureDevice": [1, 2, 3], "interfaces": [{"name": "default", "masquerade": {}, "futureIfaceKnob": true}]},
-      "resources": {"requests": {"memory": "1Gi"}}
-    },
-    "networks": [{"name": "default", "pod": {}, "futureNetKnob": "x"}]
-  }
-}`), &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Create(context.Background(), &u); err != nil {
-		t.Fatal(err)
-	}
-	var got unstructured.Unstructured
-	got.SetGroupVersionKind(u.GroupVersionKind())
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(&u), &got); err != nil {
-		t.Fatal(err)
-	}
-	checks := map[string][]string{
-		"keep":         {"spec", "futureTopLevel", "keep"},
-		"futureDevice": {"spec", "domain", "devices", "futureDevice"},
-	}
-	for what, path := range checks {
-		if _, found, _ := unstructured.NestedFieldNoCopy(got.Object, path...); !found {
-			t.Errorf("%s (%s) was lost", what, strings.Join(path, "."))
-		}
-	}
-	nets, _, _ := unstructured.NestedSlice(got.Object, "spec", "networks")
-	if len(nets) != 2 {
-		t.Fatalf("networks = %v, want default + injected storage", nets)
-	}
-	if nets[0].(map[string]any)["futureNetKnob"] != "x" {
-		t.Errorf("unknown key of networks[0] was lost: %v", nets[0])
-	}
-	ifaces, _, _ := unstructured.NestedSlice(got.Object, "spec", "domain", "devices", "interfaces")
-	if len(ifaces) != 2 || ifaces[0].(map[string]any)["futureIfaceKnob"] != true {
-		t.Errorf("interfaces = %v, want the unknown knob kept and storage added", ifaces)
-	}
-}
-
 // normalize round-trips v through JSON so integers compare equal to the
 // float64s encoding/json produces.
 func normalize(t *testing.T, v any) any {

@@ -74,10 +74,21 @@ func AssetsDir() (string, error) {
 	return dir, nil
 }
 
+// KubeVirtVersion is the KubeVirt release whose CRDs every test environment
+// installs and whose virt-controller and virt-api the real-KubeVirt tier runs.
+const KubeVirtVersion = "v1.9.0"
+
+// KubeVirtCRDDir holds KubeVirt's own generated CRDs (see its README).
+func KubeVirtCRDDir() string {
+	return filepath.Join(RepoRoot(), "test", "crds", "kubevirt-"+KubeVirtVersion)
+}
+
 // CRDPaths lists the CRD files: NAD and IPAMClaim from their Go modules (the
-// versions go.mod pins), KubeVirt's stand-ins from test/crds.
+// versions go.mod pins), and KubeVirt's real generated CRDs, so that the API
+// server applies KubeVirt's schema (types, enums, CEL rules, pruning) to
+// everything kvnet writes.
 func CRDPaths() ([]string, error) {
-	paths := []string{filepath.Join(RepoRoot(), "test", "crds")}
+	paths := []string{KubeVirtCRDDir()}
 	for mod, file := range map[string]string{
 		"github.com/k8snetworkplumbingwg/network-attachment-definition-client": "artifacts/networks-crd.yaml",
 		"github.com/k8snetworkplumbingwg/ipamclaims":                           "artifacts/k8s.cni.cncf.io_ipamclaims.yaml",
