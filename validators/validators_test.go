@@ -3,6 +3,7 @@ package validators_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -228,6 +229,26 @@ metadata: {annotations: {a.kubernetes.io/default_route: "true", b.kubernetes.io/
 	})
 }
 
+func TestPlugins(t *testing.T) {
+	spec := func(iface, net string) string {
+		return `
+spec:
+  domain:
+    devices: {interfaces: [` + iface + `]}
+  networks: [` + net + `]`
+	}
+	vdpa := kubeVirt(`network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info}}}`)
+	p := tspec + "domain.devices.interfaces[0].binding.name"
+	runCases(t, validators.Plugins{}, map[string]vcase{
+		"declared":                        {spec: spec("{name: a, binding: {name: vdpa}}", "{name: a, multus: {networkName: vd}}"), kv: vdpa},
+		"undeclared on a Multus network":  {spec: spec("{name: a, binding: {name: nosuch}}", "{name: a, multus: {networkName: br}}"), kv: vdpa, want: []fieldErr{{field.ErrorTypeInvalid, p}}},
+		"undeclared on the pod network":   {spec: spec("{name: a, binding: {name: passt}}", "{name: a, pod: {}}"), kv: vdpa, want: []fieldErr{{field.ErrorTypeInvalid, p}}},
+		"KubeVirt without network config": {spec: spec("{name: a, binding: {name: vdpa}}", "{name: a, multus: {networkName: vd}}"), kv: kubeVirt(""), want: []fieldErr{{field.ErrorTypeInvalid, p}}},
+		"no KubeVirt CR visible: warning": {spec: spec("{name: a, binding: {name: vdpa}}", "{name: a, multus: {networkName: vd}}"), wantWarnings: 1},
+		"no plugin, nothing to check":     {spec: spec("{name: a, bridge: {}}", "{name: a, multus: {networkName: br}}")},
+	})
+}
+
 func TestVDPA(t *testing.T) {
 	spec := func(iface, extra string) string {
 		return `
@@ -237,19 +258,21 @@ spec:
     devices: {interfaces: [` + iface + `]}
   networks: [{name: a, multus: {networkName: vd}}]`
 	}
-	good := kubeVirt(`network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info, migration: {method: link-refresh}}}}`)
-	noMigration := kubeVirt(`network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info}}}`)
-	noDownward := kubeVirt(`network: {binding: {vdpa: {sidecarImage: x}}}`)
-	otherPlugin := kubeVirt(`network: {binding: {passt: {sidecarImage: x}}}`)
-	noNetwork := kubeVirt("")
+	const gate = "developerConfiguration: {featureGates: [ReservedOverheadMemlock]}, "
+	good := kubeVirt(`{` + gate + `network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info, migration: {method: link-refresh}}}}}`)
+	noMigration := kubeVirt(`{` + gate + `network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info}}}}`)
+	noDownward := kubeVirt(`{` + gate + `network: {binding: {vdpa: {sidecarImage: x}}}}`)
+	otherPlugin := kubeVirt(`{` + gate + `network: {binding: {passt: {sidecarImage: x}}}}`)
+	noNetwork := kubeVirt(`{` + strings.TrimSuffix(gate, ", ") + `}`)
 	p := tspec + "domain.devices.interfaces[0].binding.name"
 	runCases(t, validators.VDPA{}, map[string]vcase{
 		"plugin with device-info and migration": {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: good},
 		"no migration: warning":                 {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: noMigration, wantWarnings: 1},
-		"no KubeVirt CR visible: warning":       {spec: spec("{name: a, binding: {name: vdpa}}", ""), wantWarnings: 1},
-		"plugin not declared":                   {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: otherPlugin, want: []fieldErr{{field.ErrorTypeInvalid, p}}},
-		"KubeVirt without network config":       {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: noNetwork, want: []fieldErr{{field.ErrorTypeInvalid, p}}},
-		"plugin without device-info":            {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: noDownward, want: []fieldErr{{field.ErrorTypeInvalid, p}}},
+		// Plugins reports these three, on every network.
+		"no KubeVirt CR visible":          {spec: spec("{name: a, binding: {name: vdpa}}", "")},
+		"plugin not declared":             {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: otherPlugin},
+		"KubeVirt without network config": {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: noNetwork},
+		"plugin without device-info":      {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: noDownward, want: []fieldErr{{field.ErrorTypeInvalid, p}}},
 		"memLock NotRequired": {spec: spec("{name: a, binding: {name: vdpa}}", "memory: {reservedOverhead: {memLock: NotRequired}}"), kv: good,
 			want: []fieldErr{{field.ErrorTypeNotSupported, tspec + "domain.memory.reservedOverhead.memLock"}}},
 		"memLock Required":            {spec: spec("{name: a, binding: {name: vdpa}}", "memory: {reservedOverhead: {memLock: Required}}"), kv: good},

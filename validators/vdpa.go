@@ -45,18 +45,12 @@ func (VDPA) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, 
 		name := mn.iface.Binding.Name
 		p := req.InterfacePath(mn.ifaceIndex).Child("binding", "name")
 		if kv == nil {
-			req.Warn("%s: no KubeVirt CR is visible to kvnet, so binding plugin %q was not checked; the VM may not be live-migratable", p.String(), name)
-			continue
+			continue // Plugins warns that nothing could be checked
 		}
-		var plugin kubevirtv1.InterfaceBindingPlugin
-		ok := false
-		if nc := kv.Spec.Configuration.NetworkConfiguration; nc != nil {
-			plugin, ok = nc.Binding[name]
-		}
+		plugin, ok := declaredPlugin(kv, name)
 		switch {
 		case !ok:
-			errs = append(errs, field.Invalid(p, name, fmt.Sprintf(
-				"KubeVirt %s/%s declares no network binding plugin %q in spec.configuration.network.binding", kv.Namespace, kv.Name, name)))
+			// Plugins refuses an undeclared plugin on any network.
 		case plugin.DownwardAPI != kubevirtv1.DeviceInfo:
 			errs = append(errs, field.Invalid(p, name, fmt.Sprintf(
 				"binding plugin %q must set downwardAPI: device-info in KubeVirt %s/%s: the vDPA device path reaches the plugin only that way", name, kv.Namespace, kv.Name)))
