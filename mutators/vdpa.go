@@ -2,10 +2,12 @@ package mutators
 
 import (
 	"context"
+	"fmt"
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/lookup"
 	"github.com/kvnet/kvnet/netattach"
 )
 
@@ -14,6 +16,11 @@ import (
 // device path from device-info, plus locked guest memory (the device DMAs
 // into it) and multiqueue so the queues scale with vCPUs. Fields the user set
 // are left alone; the validator refuses the combinations that cannot work.
+//
+// memLock is set only when the KubeVirt CR enables the ReservedOverheadMemlock
+// feature gate (or no CR is visible): virt-api refuses memLock otherwise, and
+// its refusal says nothing about vDPA. The vdpa validator then refuses the VM
+// with a message that names the gate to enable.
 type VDPA struct{}
 
 // Name implements chain.Mutator.
@@ -22,6 +29,7 @@ func (VDPA) Name() string { return "vdpa" }
 // Mutate implements chain.Mutator.
 func (m VDPA) Mutate(ctx context.Context, req *chain.Request) error {
 	plugin := req.Config.VDPA.BindingPlugin
+	memLock, gateRead := false, false
 	for _, net := range req.Spec.Networks {
 		if net.Multus == nil {
 			continue
@@ -45,7 +53,16 @@ func (m VDPA) Mutate(ctx context.Context, req *chain.Request) error {
 		if iface.Binding == nil {
 			continue // bridge/sriov/... on vDPA: refused by the validator, not rewritten
 		}
-		changed = lockMemory(req.Spec) || changed
+		if !gateRead {
+			kv, err := req.Facts.KubeVirt(ctx)
+			if err != nil {
+				return fmt.Errorf("reading the KubeVirt CR for its feature gates: %w", err)
+			}
+			memLock, gateRead = lookup.FeatureGate(kv, lookup.MemLockFeatureGate), true
+		}
+		if memLock {
+			changed = lockMemory(req.Spec) || changed
+		}
 		if req.Spec.Domain.Devices.NetworkInterfaceMultiQueue == nil {
 			t := true
 			req.Spec.Domain.Devices.NetworkInterfaceMultiQueue = &t

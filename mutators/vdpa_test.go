@@ -9,6 +9,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/lookup"
 	"github.com/kvnet/kvnet/mutators"
 )
 
@@ -23,7 +24,27 @@ func TestVDPA(t *testing.T) {
 		wantLock   *kubevirtv1.MemLockRequirement
 		wantMQ     *bool
 		wantRecord []chain.Change
+		kubevirt   *kubevirtv1.KubeVirt // the cluster's KubeVirt CR; nil: none visible
 	}{
+		"KubeVirt without the memLock feature gate: no memLock (virt-api would refuse it)": {
+			iface:      "{name: dp}",
+			nad:        "vd",
+			kubevirt:   &kubevirtv1.KubeVirt{},
+			wantIfaces: []string{"dp:plugin:jaguar"},
+			wantMQ:     ptr.To(true),
+			wantRecord: []chain.Change{{Mutator: "vdpa", Networks: []string{"dp"}}},
+		},
+		"KubeVirt with the memLock feature gate: memLock": {
+			iface: "{name: dp}",
+			nad:   "vd",
+			kubevirt: &kubevirtv1.KubeVirt{Spec: kubevirtv1.KubeVirtSpec{Configuration: kubevirtv1.KubeVirtConfiguration{
+				DeveloperConfiguration: &kubevirtv1.DeveloperConfiguration{FeatureGates: []string{lookup.MemLockFeatureGate}},
+			}}},
+			wantIfaces: []string{"dp:plugin:jaguar"},
+			wantLock:   &required,
+			wantMQ:     ptr.To(true),
+			wantRecord: []chain.Change{{Mutator: "vdpa", Networks: []string{"dp"}}},
+		},
 		"interface without binding gets the plugin, memLock and multiqueue": {
 			iface:      "{name: dp}",
 			nad:        "vd",
@@ -93,6 +114,7 @@ spec:
         `+domain+`
       networks: [{name: dp, multus: {networkName: "`+c.nad+`"}}]
 `, mustConfig(t, "vdpa: {bindingPlugin: jaguar}"))
+			req.Facts.(*lookup.Static).KubeVirtCR = c.kubevirt
 			if err := (mutators.VDPA{}).Mutate(context.Background(), req); err != nil {
 				t.Fatalf("Mutate: %v", err)
 			}

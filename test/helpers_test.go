@@ -18,6 +18,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvnet/kvnet/lookup"
 )
 
 var nsCounter atomic.Int32
@@ -191,7 +193,9 @@ func vdpaKubeVirt(migration bool) kubevirtv1.KubeVirtSpec {
 		plugin.Migration = &kubevirtv1.InterfaceBindingMigration{}
 	}
 	return kubevirtv1.KubeVirtSpec{Configuration: kubevirtv1.KubeVirtConfiguration{
-		NetworkConfiguration: &kubevirtv1.NetworkConfiguration{Binding: map[string]kubevirtv1.InterfaceBindingPlugin{"vdpa": plugin}},
+		// virt-api refuses the memLock vDPA needs without this gate.
+		DeveloperConfiguration: &kubevirtv1.DeveloperConfiguration{FeatureGates: []string{lookup.MemLockFeatureGate}},
+		NetworkConfiguration:   &kubevirtv1.NetworkConfiguration{Binding: map[string]kubevirtv1.InterfaceBindingPlugin{"vdpa": plugin}},
 	}}
 }
 

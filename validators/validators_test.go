@@ -260,6 +260,8 @@ spec:
 	}
 	const gate = "developerConfiguration: {featureGates: [ReservedOverheadMemlock]}, "
 	good := kubeVirt(`{` + gate + `network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info, migration: {method: link-refresh}}}}}`)
+	noGate := kubeVirt(`network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info, migration: {method: link-refresh}}}}`)
+	gateDisabled := kubeVirt(`{developerConfiguration: {featureGates: [ReservedOverheadMemlock], disabledFeatureGates: [ReservedOverheadMemlock]}, network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info, migration: {}}}}}`)
 	noMigration := kubeVirt(`{` + gate + `network: {binding: {vdpa: {sidecarImage: x, downwardAPI: device-info}}}}`)
 	noDownward := kubeVirt(`{` + gate + `network: {binding: {vdpa: {sidecarImage: x}}}}`)
 	otherPlugin := kubeVirt(`{` + gate + `network: {binding: {passt: {sidecarImage: x}}}}`)
@@ -275,6 +277,8 @@ spec:
 		"plugin without device-info":      {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: noDownward, want: []fieldErr{{field.ErrorTypeInvalid, p}}},
 		"memLock NotRequired": {spec: spec("{name: a, binding: {name: vdpa}}", "memory: {reservedOverhead: {memLock: NotRequired}}"), kv: good,
 			want: []fieldErr{{field.ErrorTypeNotSupported, tspec + "domain.memory.reservedOverhead.memLock"}}},
+		"memLock gate off":            {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: noGate, want: []fieldErr{{field.ErrorTypeRequired, tspec + "domain.memory.reservedOverhead.memLock"}}},
+		"memLock gate disabled":       {spec: spec("{name: a, binding: {name: vdpa}}", "memory: {reservedOverhead: {memLock: Required}}"), kv: gateDisabled, want: []fieldErr{{field.ErrorTypeRequired, tspec + "domain.memory.reservedOverhead.memLock"}}},
 		"memLock Required":            {spec: spec("{name: a, binding: {name: vdpa}}", "memory: {reservedOverhead: {memLock: Required}}"), kv: good},
 		"bridge on vDPA is Binding's": {spec: spec("{name: a, bridge: {}}", "memory: {reservedOverhead: {memLock: NotRequired}}"), kv: good},
 		"memLock NotRequired without vDPA": {spec: `

@@ -8,13 +8,16 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/lookup"
 	"github.com/kvnet/kvnet/netattach"
 )
 
 // VDPA refuses vDPA attachments that cannot start: a binding plugin the
 // KubeVirt CR does not declare, or one that does not receive device-info
 // (the sidecar learns the /dev/vhost-vdpa-N path from it), and memory that
-// may not be locked although the device DMAs into it. It warns that such a
+// may not be locked although the device DMAs into it (memLock NotRequired,
+// or a KubeVirt CR without the ReservedOverheadMemlock gate that virt-api
+// requires for memLock). It warns that such a
 // VM cannot live-migrate unless the plugin declares a migration method.
 type VDPA struct{}
 
@@ -59,10 +62,18 @@ func (VDPA) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, 
 		}
 	}
 	if anyVDPA {
-		if m := req.Spec.Domain.Memory; m != nil && m.ReservedOverhead != nil && m.ReservedOverhead.MemLock != nil &&
-			*m.ReservedOverhead.MemLock == kubevirtv1.MemLockNotRequired {
-			errs = append(errs, field.NotSupported(req.SpecPath.Child("domain", "memory", "reservedOverhead", "memLock"),
-				kubevirtv1.MemLockNotRequired, []kubevirtv1.MemLockRequirement{kubevirtv1.MemLockRequired}))
+		p := req.SpecPath.Child("domain", "memory", "reservedOverhead", "memLock")
+		var memLock *kubevirtv1.MemLockRequirement
+		if m := req.Spec.Domain.Memory; m != nil && m.ReservedOverhead != nil {
+			memLock = m.ReservedOverhead.MemLock
+		}
+		switch {
+		case memLock != nil && *memLock == kubevirtv1.MemLockNotRequired:
+			errs = append(errs, field.NotSupported(p, kubevirtv1.MemLockNotRequired, []kubevirtv1.MemLockRequirement{kubevirtv1.MemLockRequired}))
+		case kv != nil && !lookup.FeatureGate(kv, lookup.MemLockFeatureGate):
+			errs = append(errs, field.Required(p, fmt.Sprintf(
+				"kvnet: a vDPA device needs locked guest memory (memLock: Required), which KubeVirt admits only with the feature gate %s: add it to spec.configuration.developerConfiguration.featureGates of KubeVirt %s/%s",
+				lookup.MemLockFeatureGate, kv.Namespace, kv.Name)))
 		}
 	}
 	return errs, nil
