@@ -190,6 +190,23 @@ func TestSkips(t *testing.T) {
 	}
 }
 
+// A VMI a VM controls is not validated again, even when it is invalid: the VM
+// was validated, or opted out with kvnet.io/skip, which KubeVirt does not
+// copy to the VMI. A standalone VMI with the same spec is refused.
+func TestValidatorLeavesVMOwnedVMIs(t *testing.T) {
+	hs := exampleHandlers(t)
+	h := hs[webhook.PathValidateVMI]
+	spec := `spec: {domain: {devices: {interfaces: [{name: x, binding: {name: nosuchplugin}}]}}, networks: [{name: x, pod: {}}]}}`
+	owned := toJSON(t, `{apiVersion: kubevirt.io/v1, kind: VirtualMachineInstance, metadata: {name: a, namespace: tenant-a, ownerReferences: [{apiVersion: kubevirt.io/v1, kind: VirtualMachine, name: a, uid: u, controller: true}]}, `+spec)
+	if resp := h.Handle(context.Background(), review(chain.KindVMI, admissionv1.Create, "", owned, nil)); !resp.Allowed {
+		t.Fatalf("VM-owned VMI refused: %+v", resp.Result)
+	}
+	standalone := toJSON(t, `{apiVersion: kubevirt.io/v1, kind: VirtualMachineInstance, metadata: {name: a, namespace: tenant-a}, `+spec)
+	if resp := h.Handle(context.Background(), review(chain.KindVMI, admissionv1.Create, "", standalone, nil)); resp.Allowed {
+		t.Fatalf("standalone VMI with an undeclared plugin admitted")
+	}
+}
+
 // On UPDATE an error the stored object already had does not block the
 // change; a new one does.
 func TestValidatorRatchets(t *testing.T) {

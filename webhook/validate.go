@@ -14,8 +14,8 @@ import (
 	"github.com/kvnet/kvnet/lookup"
 )
 
-// VMValidator is the validating webhook for VirtualMachines and
-// VirtualMachineInstances. On UPDATE it ratchets: an error the old object
+// VMValidator is the validating webhook for VirtualMachines and standalone
+// VirtualMachineInstances (a VMI a VM controls is the VM's business). On UPDATE it ratchets: an error the old object
 // already had does not block the update, so a VM whose NAD was deleted can
 // still be edited (for example to remove that network).
 type VMValidator struct {
@@ -43,6 +43,13 @@ func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp
 	cr.Config, cr.Facts = h.Config.Get(), h.Facts
 	if reason := chain.SkipReason(cr); reason != "" {
 		return admission.Allowed(reason)
+	}
+	if h.Kind == chain.KindVMI && ownedByVM(cr.Meta) {
+		// The VM was validated on its own CREATE and UPDATE, or opted out
+		// with kvnet.io/skip, which KubeVirt does not copy to the VMI: a
+		// refusal here would override that choice, and would only show as
+		// virt-controller retrying a VM that looks admitted.
+		return admission.Allowed("spec comes from a VirtualMachine kvnet already validated")
 	}
 	errs, err := chain.RunValidators(ctx, cr, h.Validators)
 	if err != nil {
