@@ -10,6 +10,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,6 +50,13 @@ type Env struct {
 	Manager manager.Manager
 	// Source is the config kvnet runs with; SetConfig swaps it.
 	Source *config.Source
+	// KubeVirt is KubeVirt's virt-controller and virt-api, when
+	// Options.KubeVirt asked for them.
+	KubeVirt *KubeVirt
+
+	// dir holds the run's certificates and component logs.
+	dir     string
+	keepDir bool
 
 	cancel context.CancelFunc
 	done   chan error
@@ -110,6 +118,9 @@ type Options struct {
 	ConfigYAML string
 	// LeaderElect runs kvnet's controllers under leader election.
 	LeaderElect bool
+	// KubeVirt, when set, also runs KubeVirt's own virt-controller and
+	// virt-api (the real-KubeVirt tier; see kubevirt.go).
+	KubeVirt *KubeVirtOptions
 }
 
 // Start boots the control plane and kvnet. Call Stop when done.
@@ -137,11 +148,20 @@ func Start(o Options) (*Env, error) {
 			ValidatingWebhooks: []*admissionregv1.ValidatingWebhookConfiguration{validating},
 		},
 	}
+	dir, err := os.MkdirTemp("", "kvnet-test-")
+	if err != nil {
+		return nil, err
+	}
+	if o.KubeVirt != nil {
+		if err := frontProxy(te, filepath.Join(dir, "front-proxy")); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := te.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
-	e := &Env{Env: te, Config: cfg}
+	e := &Env{Env: te, Config: cfg, dir: dir}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		_ = te.Stop()
 		return nil, err
@@ -175,7 +195,24 @@ func Start(o Options) (*Env, error) {
 		e.Stop()
 		return nil, err
 	}
+	if o.KubeVirt != nil {
+		if e.KubeVirt, err = startKubeVirt(ctx, e, filepath.Join(dir, "kubevirt"), *o.KubeVirt); err != nil {
+			e.keepDir = true
+			e.Stop()
+			return nil, fmt.Errorf("starting KubeVirt %s (logs kept in %s): %w", KubeVirtVersion, filepath.Join(dir, "kubevirt", "logs"), err)
+		}
+	}
 	return e, nil
+}
+
+// Report prints where the run's component logs are, and their last lines,
+// and keeps them after Stop: TestMain calls it when a test failed.
+func (e *Env) Report(w io.Writer) {
+	if e.KubeVirt == nil {
+		return
+	}
+	e.keepDir = true
+	fmt.Fprintf(w, "KubeVirt component logs are kept in %s\n%s", e.KubeVirt.LogDir, e.KubeVirt.LogTails(60))
 }
 
 // waitReady waits for the caches and the webhook listener.
@@ -209,13 +246,20 @@ func (e *Env) SetConfig(yaml string) (restore func(), err error) {
 	return func() { e.Source.Set(prev) }, nil
 }
 
-// Stop ends kvnet and the control plane.
+// Stop ends KubeVirt's components, kvnet and the control plane, and
+// removes the run's directory unless Report asked to keep it.
 func (e *Env) Stop() {
+	if e.KubeVirt != nil {
+		e.KubeVirt.Stop()
+	}
 	if e.cancel != nil {
 		e.cancel()
 		<-e.done
 	}
 	_ = e.Env.Stop()
+	if !e.keepDir && os.Getenv("KVNET_TEST_KEEP") == "" {
+		_ = os.RemoveAll(e.dir)
+	}
 }
 
 func zapLevel() zapcore.Level {

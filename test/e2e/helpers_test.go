@@ -1,0 +1,233 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kvnet/kvnet/multus"
+)
+
+// memLockGate is the feature gate virt-api requires before it admits
+// spec.domain.memory.reservedOverhead.memLock.
+const memLockGate = "ReservedOverheadMemlock"
+
+// Waits are generous: KubeVirt's controllers answer in well under a second
+// on an idle machine, but CI machines are shared.
+const (
+	pollInterval = 50 * time.Millisecond
+	waitTimeout  = 60 * time.Second
+)
+
+var nsCounter atomic.Int32
+
+// newNamespace creates a namespace for one test and deletes it afterwards.
+func newNamespace(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	name := fmt.Sprintf("e%d-%s", nsCounter.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-")
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
+	waitCached(t, &corev1.Namespace{}, client.ObjectKey{Name: name})
+	return name
+}
+
+// createNAD creates a NAD and waits until kvnet's cache has it.
+func createNAD(t *testing.T, ns, name, resourceName, config string) {
+	t.Helper()
+	nad := &nadv1.NetworkAttachmentDefinition{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: config},
+	}
+	if resourceName != "" {
+		nad.Annotations = map[string]string{"k8s.v1.cni.cncf.io/resourceName": resourceName}
+	}
+	if err := env.Client.Create(context.Background(), nad); err != nil {
+		t.Fatalf("creating NAD %s/%s: %v", ns, name, err)
+	}
+	waitCached(t, &nadv1.NetworkAttachmentDefinition{}, client.ObjectKeyFromObject(nad))
+}
+
+// eventually polls cond until it holds, failing the test with what was last
+// seen when it does not within waitTimeout.
+func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		ok, seen := cond(ctx)
+		last = seen
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within %s; last seen: %s", what, waitTimeout, last)
+	}
+}
+
+// waitCached waits until kvnet's informer cache holds the object.
+func waitCached(t *testing.T, obj client.Object, key client.ObjectKey) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%T %s in kvnet's cache", obj, key), func(ctx context.Context) (bool, string) {
+		err := env.Manager.GetCache().Get(ctx, key, obj)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// vmYAML is a VM as a user writes it: the pod network, a container disk,
+// runStrategy Always so that virt-controller starts it at once.
+func vmYAML(name, extraIfaces, extraNets, annotations string) string {
+	return `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: ` + name + `
+  annotations: {` + annotations + `}
+spec:
+  runStrategy: Always
+  template:
+    metadata:
+      labels: {kubevirt.io/vm: ` + name + `}
+    spec:
+      domain:
+        memory: {guest: 1Gi}
+        devices:
+          disks: [{name: containerdisk, disk: {bus: virtio}}]
+          interfaces:
+            - {name: default, masquerade: {}}` + extraIfaces + `
+      networks:
+        - {name: default, pod: {}}` + extraNets + `
+      volumes:
+        - {name: containerdisk, containerDisk: {image: quay.io/containerdisks/fedora:latest}}
+`
+}
+
+// createVM creates a VM from YAML in ns, as a user would.
+func createVM(t *testing.T, ns, y string) (*kubevirtv1.VirtualMachine, error) {
+	t.Helper()
+	var vm kubevirtv1.VirtualMachine
+	if err := yaml.UnmarshalStrict([]byte(y), &vm); err != nil {
+		t.Fatalf("test VM: %v", err)
+	}
+	vm.Namespace = ns
+	err := env.Client.Create(context.Background(), &vm)
+	return &vm, err
+}
+
+// mustCreateVM creates a VM that kvnet and virt-api must both admit.
+func mustCreateVM(t *testing.T, ns, y string) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	vm, err := createVM(t, ns, y)
+	if err != nil {
+		t.Fatalf("creating VM: %v", err)
+	}
+	return vm
+}
+
+// waitVMI waits until virt-controller has created the VM's VMI.
+func waitVMI(t *testing.T, ns, name string) *kubevirtv1.VirtualMachineInstance {
+	t.Helper()
+	var vmi kubevirtv1.VirtualMachineInstance
+	eventually(t, "virt-controller creates VMI "+ns+"/"+name, func(ctx context.Context) (bool, string) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &vmi)
+		return err == nil, fmt.Sprint(err)
+	})
+	return &vmi
+}
+
+// launcherPods lists the VMI's virt-launcher pods (source and, during a
+// migration, target), found as KubeVirt finds them: by created-by label.
+func launcherPods(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := env.Client.List(ctx, &pods, client.InNamespace(vmi.Namespace), client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)})
+	return pods.Items, err
+}
+
+// waitLauncherPod waits until virt-controller has created the VMI's first
+// virt-launcher pod.
+func waitLauncherPod(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance) *corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	eventually(t, "virt-controller creates the virt-launcher pod of "+vmi.Name, func(ctx context.Context) (bool, string) {
+		pods, err := launcherPods(ctx, vmi)
+		if err != nil || len(pods) == 0 {
+			return false, fmt.Sprintf("%d pods, %v; VMI conditions %s", len(pods), err, vmiConditions(ctx, vmi))
+		}
+		pod = pods[0]
+		return true, ""
+	})
+	return &pod
+}
+
+// vmiConditions reads the VMI's conditions, to say why no pod appears.
+func vmiConditions(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) string {
+	var cur kubevirtv1.VirtualMachineInstance
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, c := range cur.Status.Conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
+}
+
+// selection parses the pod's Multus annotation and indexes it by NAD name.
+func selection(t *testing.T, pod *corev1.Pod) map[string]*multus.Element {
+	t.Helper()
+	raw := pod.Annotations[multus.NetworksAnnotation]
+	elems, err := multus.Parse(raw)
+	if err != nil {
+		t.Fatalf("pod %s: %s = %q: %v", pod.Name, multus.NetworksAnnotation, raw, err)
+	}
+	out := map[string]*multus.Element{}
+	for _, e := range elems {
+		out[e.Name()] = e
+	}
+	return out
+}
+
+// deleteVM removes a VM and waits until it is gone (virt-controller removes
+// its finalizer once the VMI is gone).
+func deleteVM(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+	t.Helper()
+	if err := env.Client.Delete(context.Background(), vm); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+// updateKubeVirt changes the KubeVirt CR's spec (its status is untouched: the
+// CRD has a status subresource) and waits until kvnet's cache has it.
+func updateKubeVirt(t *testing.T, change func(*kubevirtv1.KubeVirtSpec)) {
+	t.Helper()
+	ctx := context.Background()
+	var kv kubevirtv1.KubeVirt
+	key := client.ObjectKey{Namespace: "kubevirt", Name: "kubevirt"}
+	if err := env.Client.Get(ctx, key, &kv); err != nil {
+		t.Fatal(err)
+	}
+	change(&kv.Spec)
+	if err := env.Client.Update(ctx, &kv); err != nil {
+		t.Fatalf("updating the KubeVirt CR: %v", err)
+	}
+	eventually(t, "kvnet's cache has KubeVirt CR version "+kv.ResourceVersion, func(ctx context.Context) (bool, string) {
+		var cached kubevirtv1.KubeVirt
+		err := env.Manager.GetCache().Get(ctx, key, &cached)
+		return err == nil && cached.ResourceVersion == kv.ResourceVersion, cached.ResourceVersion
+	})
+}
