@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -205,6 +207,31 @@ func TestSplitNAD(t *testing.T) {
 func failures() float64  { return testutil.ToFloat64(reloads.WithLabelValues("failure")) }
 func successes() float64 { return testutil.ToFloat64(reloads.WithLabelValues("success")) }
 
+// reloadOK reads kvnet_config_last_reload_successful.
+func reloadOK() float64 { return testutil.ToFloat64(lastReloadOK) }
+
+// generations lists the sha256 labels kvnet_config_generation carries.
+func generations(t *testing.T) []string {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 10)
+	generation.Collect(ch)
+	close(ch)
+	var out []string
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		if d.GetGauge().GetValue() != 1 {
+			t.Fatalf("kvnet_config_generation = %v, want 1", d.GetGauge().GetValue())
+		}
+		for _, l := range d.GetLabel() {
+			out = append(out, l.GetValue())
+		}
+	}
+	return out
+}
+
 func TestWatcherReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
@@ -226,6 +253,13 @@ func TestWatcherReload(t *testing.T) {
 	if !first.KubeOVN.LegacyLiveMigration || !first.Excluded("kvnet") {
 		t.Fatalf("initial config: %+v", first)
 	}
+	firstGen := Generation([]byte("kubeOVN: {legacyLiveMigration: true}\n"))
+	if g := generations(t); !reflect.DeepEqual(g, []string{firstGen}) || len(firstGen) != 16 {
+		t.Fatalf("generation after start = %v, want [%s] (16 hex digits)", g, firstGen)
+	}
+	if reloadOK() != 1 {
+		t.Fatalf("kvnet_config_last_reload_successful = %v after a good start, want 1", reloadOK())
+	}
 
 	f0, s0 := failures(), successes()
 	write("kubeOVN: {legacyLiveMigration: maybe}\n")
@@ -238,9 +272,16 @@ func TestWatcherReload(t *testing.T) {
 	if got := failures() - f0; got != 1 {
 		t.Fatalf("failure metric +%v, want +1", got)
 	}
-	// The same bad bytes on the next poll are not counted again.
+	// The same bad bytes on the next poll are not counted again, but the
+	// replica still says it is not running what is on disk.
 	if err := w.Reload(); err != nil || failures()-f0 != 1 {
 		t.Fatalf("second poll of the same bad file: err %v, failures +%v", err, failures()-f0)
+	}
+	if reloadOK() != 0 {
+		t.Fatalf("kvnet_config_last_reload_successful = %v while a bad file is on disk, want 0", reloadOK())
+	}
+	if g := generations(t); !reflect.DeepEqual(g, []string{firstGen}) {
+		t.Fatalf("generation after a failed reload = %v, want the one in force [%s]", g, firstGen)
 	}
 
 	write("kubeOVN: {legacyLiveMigration: false}\n")
@@ -252,6 +293,12 @@ func TestWatcherReload(t *testing.T) {
 	}
 	if successes()-s0 != 1 {
 		t.Fatalf("success metric +%v, want +1", successes()-s0)
+	}
+	if reloadOK() != 1 {
+		t.Fatalf("kvnet_config_last_reload_successful = %v after a good reload, want 1", reloadOK())
+	}
+	if g, want := generations(t), Generation([]byte("kubeOVN: {legacyLiveMigration: false}\n")); !reflect.DeepEqual(g, []string{want}) || want == firstGen {
+		t.Fatalf("generation after a good reload = %v, want only [%s]", g, want)
 	}
 	// Unchanged bytes: no swap, no count.
 	cur := w.Get()

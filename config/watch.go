@@ -3,6 +3,8 @@ package config
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,9 +26,36 @@ var (
 		Name: "kvnet_config_last_reload_success_timestamp_seconds",
 		Help: "Unix time of the last config load that took effect.",
 	})
+	// lastReloadOK stays 0 while the file on disk is one kvnet refused: a
+	// bad file is reported once, so the failure counter alone stops moving
+	// while the replica still runs on its previous config.
+	lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvnet_config_last_reload_successful",
+		Help: "1 if the config file on disk is the one in force, 0 if the last reload failed and the previous config is still used.",
+	})
+	// generation names the config a replica serves by the hash of its file,
+	// so replicas that disagree (a kubelet that has not yet updated one
+	// pod's volume, a watch that broke) are visible side by side.
+	generation = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kvnet_config_generation",
+		Help: "Always 1; sha256 is the first 16 hex digits of the SHA-256 of the config file in force (compare with `sha256sum` of the ConfigMap's config.yaml).",
+	}, []string{"sha256"})
 )
 
-func init() { metrics.Registry.MustRegister(reloads, lastReload) }
+func init() {
+	// Both results exist from the start, so the first failure is an
+	// increase a rate() or increase() can see.
+	reloads.WithLabelValues("success")
+	reloads.WithLabelValues("failure")
+	metrics.Registry.MustRegister(reloads, lastReload, lastReloadOK, generation)
+}
+
+// Generation is the label kvnet_config_generation carries for a config
+// file's bytes.
+func Generation(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}
 
 // Source hands out the current config. Readers call Get on every request; it
 // is one atomic load.
@@ -67,6 +96,7 @@ func NewWatcher(path, ownNamespace string, log logr.Logger) (*Watcher, error) {
 	if _, err := w.load(); err != nil {
 		return nil, err
 	}
+	lastReloadOK.Set(1)
 	return w, nil
 }
 
@@ -88,6 +118,11 @@ func (w *Watcher) load() (changed bool, err error) {
 	w.current.Store(c)
 	w.last = data
 	lastReload.SetToCurrentTime()
+	// One process runs one watcher: the vector holds exactly the config in
+	// force. A scrape between Reset and Set misses it once; no alert reads
+	// a single scrape.
+	generation.Reset()
+	generation.WithLabelValues(Generation(data)).Set(1)
 	return true, nil
 }
 
@@ -97,10 +132,12 @@ func (w *Watcher) Reload() error {
 	switch {
 	case err != nil:
 		reloads.WithLabelValues("failure").Inc()
+		lastReloadOK.Set(0)
 		w.Log.Error(err, "config reload failed; keeping the previous config")
 		return err
 	case changed:
 		reloads.WithLabelValues("success").Inc()
+		lastReloadOK.Set(1)
 		w.Log.Info("config reloaded", "path", w.Path)
 	}
 	return nil
