@@ -77,6 +77,11 @@ type gaugeSource struct {
 var poolGauges = &gauges{}
 
 func init() {
+	// Exhaustion denials of both pools exist from the start, so the first
+	// one is an increase that an alert's increase() sees.
+	for _, pool := range []string{PoolInCluster, PoolCrossCluster} {
+		denials.WithLabelValues(pool, "exhausted")
+	}
 	metrics.Registry.MustRegister(denials, releases, configProblems, poolGauges)
 }
 

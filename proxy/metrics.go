@@ -31,5 +31,9 @@ var (
 )
 
 func init() {
+	// Both directions exist from the start, so a dashboard's rate() of
+	// the first migration starts from zero.
+	bytesRelayed.WithLabelValues("to-target")
+	bytesRelayed.WithLabelValues("from-target")
 	metrics.Registry.MustRegister(connections, active, bytesRelayed, dialErrors, listeners)
 }
