@@ -141,6 +141,13 @@ config:
       nad: kubevirt/migration
       pool: {cidr: 10.10.0.0/24}
 `},
+	"alerts and dashboard on, migration proxy on": {release: "kvnet", namespace: "kvnet-mon", values: `
+migrationProxy: {enabled: true}
+metrics: {serviceMonitor: {enabled: true}}
+monitoring:
+  prometheusRule: {enabled: true, labels: {release: prometheus}, alertLabels: {team: network}}
+  dashboard: {enabled: true, annotations: {grafana_folder: kvnet}}
+`},
 	"migration proxy on": {release: "kvnet", namespace: "kvnet-proxy", values: `
 migrationProxy: {enabled: true, replicas: 2, dialTimeout: 5s}
 `},
