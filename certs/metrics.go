@@ -36,6 +36,11 @@ var (
 )
 
 func init() {
+	// Every step exists from the start at 0, so the first failure is an
+	// increase a rate() or increase() sees.
+	for _, step := range []string{"secret", "inject", "files"} {
+		reconcileErrors.WithLabelValues(step)
+	}
 	metrics.Registry.MustRegister(expiry, rotations, reconcileErrors, reloads, injections)
 }
 

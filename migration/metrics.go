@@ -77,10 +77,13 @@ type gaugeSource struct {
 var poolGauges = &gauges{}
 
 func init() {
-	// Exhaustion denials of both pools exist from the start, so the first
-	// one is an increase that an alert's increase() sees.
+	// Exhaustion denials and releases of both pools exist from the start,
+	// so the first one is an increase that an alert's increase() sees.
 	for _, pool := range []string{PoolInCluster, PoolCrossCluster} {
 		denials.WithLabelValues(pool, "exhausted")
+		for _, reason := range []string{"pod-gone", "reservation-expired", "node-gone", "surplus", "outside-pool"} {
+			releases.WithLabelValues(pool, reason)
+		}
 	}
 	metrics.Registry.MustRegister(denials, releases, configProblems, poolGauges)
 }

@@ -33,6 +33,10 @@ var (
 )
 
 func init() {
+	// Both reasons exist from the start, so the first release is an
+	// increase a rate() sees.
+	claimsReleased.WithLabelValues(ReasonVMDeleted)
+	claimsReleased.WithLabelValues(ReasonVMIGone)
 	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimsLeaked, claimConflicts)
 }
 
