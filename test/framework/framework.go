@@ -121,6 +121,11 @@ type Options struct {
 	// KubeVirt, when set, also runs KubeVirt's own virt-controller and
 	// virt-api (the real-KubeVirt tier; see kubevirt.go).
 	KubeVirt *KubeVirtOptions
+	// MetricsAddr is where kvnet serves /metrics (host:port); empty means off.
+	MetricsAddr string
+	// ConfigFile, when set, is loaded and watched by a config.Watcher run by
+	// the manager, as `kvnet webhook` does; ConfigYAML is then ignored.
+	ConfigFile string
 }
 
 // Start boots the control plane and kvnet. Call Stop when done.
@@ -171,21 +176,40 @@ func Start(o Options) (*Env, error) {
 		_ = te.Stop()
 		return nil, err
 	}
-	c, err := config.Parse([]byte(o.ConfigYAML), KvnetNamespace)
-	if err != nil {
-		_ = te.Stop()
-		return nil, fmt.Errorf("test config: %w", err)
+	var watcher *config.Watcher
+	if o.ConfigFile != "" {
+		if watcher, err = config.NewWatcher(o.ConfigFile, KvnetNamespace, ctrl.Log.WithName("config")); err != nil {
+			_ = te.Stop()
+			return nil, fmt.Errorf("test config: %w", err)
+		}
+		e.Source = &watcher.Source
+	} else {
+		c, err := config.Parse([]byte(o.ConfigYAML), KvnetNamespace)
+		if err != nil {
+			_ = te.Stop()
+			return nil, fmt.Errorf("test config: %w", err)
+		}
+		e.Source = config.Static(c)
 	}
-	e.Source = config.Static(c)
+	metricsAddr := "0"
+	if o.MetricsAddr != "" {
+		metricsAddr = o.MetricsAddr
+	}
 	wio := &te.WebhookInstallOptions
 	mgr, err := app.NewManager(ctx, cfg, app.ServeOptions{
 		Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
-		MetricsAddr: "0", ProbeAddr: "0", TLSMinVersion: "1.2",
+		MetricsAddr: metricsAddr, ProbeAddr: "0", TLSMinVersion: "1.2",
 		LeaderElect: o.LeaderElect, LeaderElectionID: "kvnet-test", Namespace: KvnetNamespace,
 	}, e.Source)
 	if err != nil {
 		_ = te.Stop()
 		return nil, err
+	}
+	if watcher != nil {
+		if err := mgr.Add(watcher); err != nil {
+			_ = te.Stop()
+			return nil, err
+		}
 	}
 	e.Manager = mgr
 	runCtx, cancel := context.WithCancel(context.Background())
