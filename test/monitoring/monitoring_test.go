@@ -404,10 +404,8 @@ func TestAlertsFireOnRealPrometheus(t *testing.T) {
 	}
 
 	// A config file kvnet refuses.
-	if err := os.WriteFile(configFile, []byte(brokenConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.WriteFile(configFile, []byte(goodConfig), 0o600) })
+	writeConfig(t, brokenConfig)
+	t.Cleanup(func() { writeConfig(t, goodConfig) })
 
 	want := []string{
 		"KvnetMigrationPoolExhausted/in-cluster",
@@ -435,6 +433,33 @@ func TestAlertsFireOnRealPrometheus(t *testing.T) {
 	// The refused file changed nothing: the pool is still the one-address one.
 	if got := env.Source.Get().Migration.InCluster; got == nil || got.Pool.CIDR != "10.98.0.0/24" {
 		t.Fatalf("the refused config replaced the one in force: %+v", got)
+	}
+
+	// A good file again: the reload alert resolves, the pool ones stay.
+	writeConfig(t, goodConfig+"# fixed\n")
+	eventually(t, "KvnetConfigReloadFailing resolved", 90*time.Second, func() error {
+		got, err := firing(base)
+		if err != nil {
+			return err
+		}
+		if got["KvnetConfigReloadFailing"] || !got["KvnetMigrationPoolNearlyFull/in-cluster"] {
+			return fmt.Errorf("firing: %v", got)
+		}
+		return nil
+	})
+}
+
+// writeConfig replaces the config file in one rename, as kubelet swaps a
+// ConfigMap volume: the watcher must never see a half-written file (an
+// empty file is a valid, empty config).
+func writeConfig(t *testing.T, content string) {
+	t.Helper()
+	tmp := configFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, configFile); err != nil {
+		t.Fatal(err)
 	}
 }
 
