@@ -59,6 +59,14 @@ func NewCA(commonName string, now time.Time, lifetime time.Duration) (*KeyPair, 
 // would fail verification anyway, and capping it makes the CA's renewal
 // re-issue it in time.
 func NewServing(ca *KeyPair, dnsNames []string, ips []net.IP, now time.Time, lifetime time.Duration) (*KeyPair, error) {
+	tmpl, err := servingTemplate(ca, dnsNames, ips, now, lifetime)
+	if err != nil {
+		return nil, err
+	}
+	return issue(tmpl, ca)
+}
+
+func servingTemplate(ca *KeyPair, dnsNames []string, ips []net.IP, now time.Time, lifetime time.Duration) (*x509.Certificate, error) {
 	if len(dnsNames) == 0 && len(ips) == 0 {
 		return nil, errors.New("a serving certificate needs at least one DNS name or IP address")
 	}
@@ -81,6 +89,18 @@ func NewServing(ca *KeyPair, dnsNames []string, ips []net.IP, now time.Time, lif
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
+	return tmpl, nil
+}
+
+// NewPeer creates a certificate for a migration proxy signed by ca: the same
+// key pair serves the proxy's hop listener and authenticates it when it
+// dials a peer, so it carries both server and client use.
+func NewPeer(ca *KeyPair, dnsNames []string, ips []net.IP, now time.Time, lifetime time.Duration) (*KeyPair, error) {
+	tmpl, err := servingTemplate(ca, dnsNames, ips, now, lifetime)
+	if err != nil {
+		return nil, err
+	}
+	tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 	return issue(tmpl, ca)
 }
 

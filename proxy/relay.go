@@ -1,151 +1,225 @@
-// Package proxy is kvnet's cross-cluster migration proxy: an L4 TCP relay,
-// a controller that opens one relay per remote migration port of a
-// decentralized live migration source, and the admission handler that points
-// the source virt-handler at those relays instead of the unreachable remote
-// node. See docs/migration-proxy.md.
+// Package proxy is kvnet's cross-cluster migration proxy. One binary runs
+// at both ends of a decentralized live migration:
+//
+//   - source side: a controller opens one listener per remote migration
+//     port on the proxy's in-cluster address and publishes the mapping in
+//     a ConfigMap only the proxy may write; kvnet's admission handler then
+//     points the source virt-handler at those listeners;
+//   - the hop: each accepted stream goes to the target cluster's proxy over
+//     mutual TLS, with a preamble naming the migration and port;
+//   - target side: the peer's proxy checks the peer, the migration and the
+//     port against its own cluster and dials the target virt-handler's
+//     in-cluster address.
+//
+// See docs/migration-proxy.md.
 package proxy
 
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 )
 
-// DefaultDialTimeout bounds the dial to the target when Relay.DialTimeout is
-// zero: long enough for a cross-cluster TCP handshake, short enough that
-// virt-handler sees a closed connection instead of a hang.
+// DefaultDialTimeout bounds a dial when none is configured: long enough for
+// a cross-cluster TCP handshake, short enough that virt-handler sees a
+// closed connection instead of a hang.
 const DefaultDialTimeout = 10 * time.Second
 
-// Relay copies TCP connections accepted on a listener to Target, byte for
-// byte. It never looks inside the stream: virt-handler's migration
-// connections are mutual TLS end to end, and a relay that terminates nothing
-// keeps that trust between the two virt-handlers intact.
-//
-// The zero value with Target set is ready to use.
+// Relay accepts migration streams from the source virt-handlers on a
+// listener and relays each, byte for byte, to an upstream: the peer proxy
+// (Upstream set) or a plain TCP address (Target). It never looks inside the
+// stream: virt-handler's migration connections are mutual TLS end to end.
 type Relay struct {
-	// Target is the host:port every accepted connection is relayed to.
+	// Target is the host:port dialed over plain TCP when Upstream is nil.
 	Target string
+	// Upstream, if set, opens the upstream connection of each stream.
+	Upstream func(ctx context.Context) (net.Conn, error)
 	// DialTimeout bounds the dial to Target; zero means DefaultDialTimeout.
 	DialTimeout time.Duration
+	// IdleTimeout ends a stream that moved no byte for this long.
+	IdleTimeout time.Duration
+	// AllowedSources, when not empty, are the only client ranges accepted
+	// (the in-cluster migration network): anything else is closed at once.
+	AllowedSources []netip.Prefix
+	// MigrationID labels the stream counters; Limiter, if set, caps the
+	// migrations relayed at once.
+	MigrationID string
+	Limiter     *Limiter
 	// Log receives connection events; the zero logger discards them.
 	Log logr.Logger
-	// OnDialError, if set, is called when Target cannot be reached. Tests
-	// and callers use it to observe failures without scraping metrics.
+	// OnDialError, if set, is called when the upstream cannot be reached;
+	// OnRefused with each refused client. Tests observe failures with them.
 	OnDialError func(error)
+	OnRefused   func(Refusal)
 }
 
-func (r *Relay) dialTimeout() time.Duration {
-	if r.DialTimeout > 0 {
-		return r.DialTimeout
-	}
-	return DefaultDialTimeout
-}
-
-// Serve accepts connections on ln and relays each to Target until ctx is
-// cancelled or ln fails. Cancelling ctx closes ln and every relayed
-// connection; Serve returns only after all of its connections have ended, so
-// a caller that waits for Serve knows no goroutine is left behind. It returns
-// nil after a cancel and the accept error otherwise.
+// Serve accepts connections on ln and relays each until ctx is cancelled.
+// Cancelling ctx closes ln and every relayed connection; Serve returns only
+// after all of its connections have ended, so a caller that waits for Serve
+// knows no goroutine is left behind.
 func (r *Relay) Serve(ctx context.Context, ln net.Listener) error {
+	return serveListener(ctx, ln, r.Log, r.allowed, r.handle)
+}
+
+func (r *Relay) allowed(c net.Conn) bool {
+	if len(r.AllowedSources) == 0 || allowedSource(r.AllowedSources, c.RemoteAddr()) {
+		return true
+	}
+	refused.WithLabelValues("source", RefusedSourceRange.String()).Inc()
+	r.Log.Info("refused a client outside the allowed migration ranges", "client", c.RemoteAddr().String())
+	if r.OnRefused != nil {
+		r.OnRefused(RefusedSourceRange)
+	}
+	return false
+}
+
+func allowedSource(ranges []netip.Prefix, a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ip, ok := netip.AddrFromSlice(ta.IP)
+	if !ok {
+		return false
+	}
+	ip = ip.Unmap()
+	for _, p := range ranges {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// Accept-error backoff: EMFILE and friends clear up by themselves once
+// other streams end, so the listener waits and retries instead of dying
+// (a dead relay would leave its published mapping pointing at nothing).
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// serveListener is the accept loop of every proxy listener: filter each
+// client, handle it in its own goroutine, back off on accept errors, and
+// reopen the same address when the listener itself dies. It returns nil
+// once ctx ends and every handler has returned.
+func serveListener(ctx context.Context, ln net.Listener, log logr.Logger, filter func(net.Conn) bool, handle func(context.Context, net.Conn)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	var mu sync.Mutex
+	cur := ln
+	closeCur := func() { mu.Lock(); _ = cur.Close(); mu.Unlock() }
+	stop := context.AfterFunc(ctx, closeCur)
 	defer stop()
-	defer ln.Close()
+	defer closeCur()
+	addr := ln.Addr().String()
+	backoff := acceptBackoffMin
+	wait := func() bool {
+		t := time.NewTimer(backoff)
+		defer t.Stop()
+		backoff = min(2*backoff, acceptBackoffMax)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
 	for {
-		c, err := ln.Accept()
+		c, err := cur.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			acceptErrors.Inc()
+			if !errors.Is(err, net.ErrClosed) {
+				log.Info("accept failed; retrying", "listen", addr, "error", err.Error(), "backoff", backoff.String())
+				if !wait() {
+					return nil
+				}
 				continue
 			}
-			return err
+			// The listener is gone although nobody stopped it: open the
+			// same address again, so the published port stays valid.
+			log.Info("listener closed underneath; reopening it", "listen", addr)
+			for {
+				if !wait() {
+					return nil
+				}
+				nl, lerr := net.Listen("tcp", addr)
+				if lerr == nil {
+					mu.Lock()
+					cur = nl
+					mu.Unlock()
+					if ctx.Err() != nil {
+						_ = nl.Close()
+						return nil
+					}
+					listenerReopens.Inc()
+					break
+				}
+				log.Info("reopening the listener failed; retrying", "listen", addr, "error", lerr.Error())
+			}
+			continue
+		}
+		backoff = acceptBackoffMin
+		if filter != nil && !filter(c) {
+			_ = c.Close()
+			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.handle(ctx, c)
+			handle(ctx, c)
 		}()
 	}
 }
 
-// handle relays one accepted connection. Each direction runs in its own
-// goroutine and, when its source reaches EOF, half-closes its destination
-// (CloseWrite) so the other side sees the end of that direction while the
-// opposite one keeps flowing; both are awaited before the sockets close.
+// handle relays one accepted connection to the upstream.
 func (r *Relay) handle(ctx context.Context, src net.Conn) {
-	log := r.Log.WithValues("client", src.RemoteAddr().String(), "target", r.Target)
-	connections.Inc()
-	active.Inc()
-	defer active.Dec()
+	log := r.Log.WithValues("client", src.RemoteAddr().String())
 	defer src.Close()
-
-	dctx, cancel := context.WithTimeout(ctx, r.dialTimeout())
-	var d net.Dialer
-	dst, err := d.DialContext(dctx, "tcp", r.Target)
-	cancel()
+	if r.Limiter != nil && r.MigrationID != "" {
+		if err := r.Limiter.Acquire(ctx, r.MigrationID); err != nil {
+			refused.WithLabelValues("source", RefusedOverCap.String()).Inc()
+			log.Info("refused a stream: too many migrations in flight", "migrationID", r.MigrationID, "error", err.Error())
+			if r.OnRefused != nil {
+				r.OnRefused(RefusedOverCap)
+			}
+			return
+		}
+		defer r.Limiter.Release(r.MigrationID)
+	}
+	dst, err := r.dial(ctx)
 	if err != nil {
 		dialErrors.Inc()
-		log.Error(err, "dialing the migration target; closing the client connection")
+		log.Error(err, "opening the upstream of a migration stream; closing the client connection")
 		if r.OnDialError != nil {
 			r.OnDialError(err)
 		}
 		return
 	}
 	defer dst.Close()
-	log.V(1).Info("relaying")
-
-	// A cancel (the migration ended, the proxy stops) aborts both directions.
-	stop := context.AfterFunc(ctx, func() {
-		_ = src.Close()
-		_ = dst.Close()
-	})
-	defer stop()
-
-	var wg sync.WaitGroup
-	wg.Add(2)
-	var up, down int64
-	go func() { defer wg.Done(); up = proxyCopy(log, "to-target", dst, src) }()
-	go func() { defer wg.Done(); down = proxyCopy(log, "from-target", src, dst) }()
-	wg.Wait()
-	log.V(1).Info("relay ended", "bytesToTarget", up, "bytesFromTarget", down)
+	runStream(ctx, log, "source", r.MigrationID, r.IdleTimeout, src, dst)
 }
 
-// closeWriter is what *net.TCPConn and *net.UnixConn offer for half-close.
-type closeWriter interface{ CloseWrite() error }
-
-// proxyCopy copies src to dst until src ends, then half-closes dst. On an
-// error (reset, cancel) it closes both sockets so the opposite direction
-// cannot block forever on a peer that is gone. io.Copy between two
-// *net.TCPConn uses splice on Linux; counting happens once at the end so as
-// not to defeat it.
-func proxyCopy(log logr.Logger, direction string, dst, src net.Conn) int64 {
-	n, err := io.Copy(dst, src)
-	bytesRelayed.WithLabelValues(direction).Add(float64(n))
-	if err != nil {
-		if !errors.Is(err, net.ErrClosed) {
-			log.V(1).Info("relay direction failed", "direction", direction, "error", err.Error())
-		}
-		_ = src.Close()
-		_ = dst.Close()
-		return n
+func (r *Relay) dial(ctx context.Context) (net.Conn, error) {
+	if r.Upstream != nil {
+		return r.Upstream(ctx)
 	}
-	if cw, ok := dst.(closeWriter); ok {
-		if err := cw.CloseWrite(); err != nil && !errors.Is(err, net.ErrClosed) {
-			log.V(1).Info("half-closing", "direction", direction, "error", err.Error())
-		}
-	} else {
-		_ = dst.Close()
+	timeout := r.DialTimeout
+	if timeout <= 0 {
+		timeout = DefaultDialTimeout
 	}
-	return n
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	return d.DialContext(dctx, "tcp", r.Target)
 }

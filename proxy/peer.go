@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// DefaultHandshakeTimeout bounds the TCP connect, TLS handshake, preamble
+// and verdict of the hop between proxies.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// Peer is another cluster's proxy, configured by name.
+type Peer struct {
+	// Name is the peer cluster's name: the name its streams are bound to
+	// and the one in logs and metrics.
+	Name string
+	// Addresses are the peer proxy's hop listeners (host:port), tried in
+	// order.
+	Addresses []string
+	// CAs verify the peer's certificate, when it serves (as the target) and
+	// when it dials (as the source).
+	CAs *x509.CertPool
+	// ServerName is the name the peer's serving certificate must carry;
+	// empty means Name.
+	ServerName string
+	// ConnectHosts are the hosts of the VMIMs' spec.sendTo.connectURL that
+	// lead to this peer (its synchronization controller addresses). With a
+	// single peer configured they may be left empty.
+	ConnectHosts []string
+}
+
+func (p *Peer) serverName() string {
+	if p.ServerName != "" {
+		return p.ServerName
+	}
+	return p.Name
+}
+
+// verifyChain reports whether leaf (with the intermediates the peer sent)
+// chains to this peer's CAs for the given use.
+func (p *Peer) verifyChain(certs []*x509.Certificate, usage x509.ExtKeyUsage) bool {
+	if len(certs) == 0 || p.CAs == nil {
+		return false
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: p.CAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
+	return err == nil
+}
+
+// tlsBase is what both ends of the hop share: TLS 1.3 only, maximum-size
+// records from the first byte (the stream is bulk, not interactive), and
+// no session tickets: a ticket the server sends after the handshake would
+// be read, and buffered with what follows it, by the client's TLS layer,
+// which authenticated mode leaves after the preamble.
+func tlsBase(cert tls.Certificate) *tls.Config {
+	return &tls.Config{
+		MinVersion:                  tls.VersionTLS13,
+		Certificates:                []tls.Certificate{cert},
+		DynamicRecordSizingDisabled: true,
+		SessionTicketsDisabled:      true,
+	}
+}
+
+// Dialer is the source end of the hop: it opens a stream to a peer proxy
+// for one migration port.
+type Dialer struct {
+	// Cert is this proxy's certificate (client and server use).
+	Cert tls.Certificate
+	// Mode is the hop mode this proxy asks for.
+	Mode Mode
+	// Timeout bounds connect, handshake, preamble and verdict; zero means
+	// DefaultHandshakeTimeout.
+	Timeout time.Duration
+	// LocalAddr, if set, is the address the hop connections leave from
+	// (the proxy's crosscluster0 address).
+	LocalAddr net.Addr
+}
+
+// Dial connects to peer, authenticates both sides and asks for the stream
+// of (migrationID, port). It returns the connection the stream continues
+// on: the *tls.Conn in tls mode, the plain *net.TCPConn in authenticated
+// mode (so the relay splices).
+func (d *Dialer) Dial(ctx context.Context, peer *Peer, migrationID string, port uint16) (net.Conn, error) {
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultHandshakeTimeout
+	}
+	pre, err := Preamble{Mode: d.Mode, MigrationID: migrationID, Port: port}.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, addr := range peer.Addresses {
+		c, err := d.dialOne(ctx, peer, addr, pre, timeout)
+		if err == nil {
+			return c, nil
+		}
+		var ref *RefusedError
+		if errors.As(err, &ref) {
+			return nil, err // the peer answered: another address will not think otherwise
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("peer %s has no addresses", peer.Name)
+	}
+	return nil, fmt.Errorf("no address of peer %s accepted the stream: %w", peer.Name, errors.Join(errs...))
+}
+
+func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byte, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nd := net.Dialer{LocalAddr: d.LocalAddr}
+	raw, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	_ = raw.SetDeadline(deadline)
+	cfg := tlsBase(d.Cert)
+	cfg.RootCAs = peer.CAs
+	cfg.ServerName = peer.serverName()
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("TLS handshake with peer %s: %w", peer.Name, err)
+	}
+	if _, err := tc.Write(pre); err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("sending the preamble: %w", err)
+	}
+	var conn net.Conn = tc
+	if d.Mode == ModeAuthenticated {
+		conn = raw
+	}
+	if err := readVerdict(conn); err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	_ = raw.SetDeadline(time.Time{})
+	return conn, nil
+}

@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// Mode is how the hop between two proxies carries a stream after the
+// mutual-TLS handshake and the preamble.
+type Mode byte
+
+const (
+	// ModeTLS encrypts the whole stream between the proxies. It is safe
+	// whatever KubeVirt's own migration TLS setting is.
+	ModeTLS Mode = 1
+	// ModeAuthenticated authenticates both proxies and the preamble with
+	// mutual TLS, then carries plain bytes so that both proxies splice. It
+	// is safe only while KubeVirt's migration TLS is on (the default:
+	// migrations.disableTLS false), which then protects the payload inside.
+	ModeAuthenticated Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeTLS:
+		return "tls"
+	case ModeAuthenticated:
+		return "authenticated"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseMode reads a mode's name.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "tls":
+		return ModeTLS, nil
+	case "authenticated":
+		return ModeAuthenticated, nil
+	}
+	return 0, fmt.Errorf("unknown hop mode %q: want tls or authenticated", s)
+}
+
+// preambleMagic starts every preamble: a stream from something that is not
+// a kvnet proxy fails on the first bytes.
+var preambleMagic = [6]byte{'K', 'V', 'N', 'P', 'X', 1}
+
+// maxMigrationID bounds the migration ID in a preamble. KubeVirt's IDs are
+// label-sized; 253 leaves room for any DNS-subdomain-sized ID.
+const maxMigrationID = 253
+
+// Preamble is what the source proxy sends right after the handshake: the
+// migration and the target's remote port the stream belongs to, and the
+// mode of the rest of the stream.
+//
+// Wire format: magic (6) | mode (1) | port (2, big endian) | id length (1) | id.
+type Preamble struct {
+	Mode        Mode
+	MigrationID string
+	Port        uint16
+}
+
+// MarshalBinary encodes p.
+func (p Preamble) MarshalBinary() ([]byte, error) {
+	if p.MigrationID == "" || len(p.MigrationID) > maxMigrationID {
+		return nil, fmt.Errorf("preamble: migration ID of %d bytes, want 1-%d", len(p.MigrationID), maxMigrationID)
+	}
+	b := make([]byte, 0, len(preambleMagic)+4+len(p.MigrationID))
+	b = append(b, preambleMagic[:]...)
+	b = append(b, byte(p.Mode))
+	b = binary.BigEndian.AppendUint16(b, p.Port)
+	b = append(b, byte(len(p.MigrationID)))
+	return append(b, p.MigrationID...), nil
+}
+
+// ReadPreamble reads exactly one preamble from r and no byte more, so the
+// stream that follows is untouched.
+func ReadPreamble(r io.Reader) (Preamble, error) {
+	var head [len(preambleMagic) + 4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return Preamble{}, fmt.Errorf("preamble: %w", err)
+	}
+	if [6]byte(head[:6]) != preambleMagic {
+		return Preamble{}, errors.New("preamble: not a kvnet proxy preamble (bad magic)")
+	}
+	p := Preamble{Mode: Mode(head[6]), Port: binary.BigEndian.Uint16(head[7:9])}
+	if p.Mode != ModeTLS && p.Mode != ModeAuthenticated {
+		return Preamble{}, fmt.Errorf("preamble: unknown mode %d", head[6])
+	}
+	if p.Port == 0 {
+		return Preamble{}, errors.New("preamble: port 0")
+	}
+	n := int(head[9])
+	if n == 0 {
+		return Preamble{}, errors.New("preamble: empty migration ID")
+	}
+	id := make([]byte, n)
+	if _, err := io.ReadFull(r, id); err != nil {
+		return Preamble{}, fmt.Errorf("preamble: migration ID: %w", err)
+	}
+	for _, c := range id {
+		if c < 0x21 || c > 0x7e {
+			return Preamble{}, errors.New("preamble: migration ID has a byte outside printable ASCII")
+		}
+	}
+	p.MigrationID = string(id)
+	return p, nil
+}
+
+// Refusal is why a target proxy refused a stream; it is the metric label
+// and travels back in the verdict.
+type Refusal byte
+
+const (
+	accepted Refusal = iota
+	RefusedBadPreamble
+	RefusedMode
+	RefusedUnknownMigration
+	RefusedPort
+	RefusedOtherPeer
+	RefusedOverCap
+	RefusedTargetUnreachable
+	RefusedNoCertificate
+	RefusedUntrustedPeer
+	RefusedHandshake
+	RefusedSourceRange
+	RefusedLookup
+)
+
+var refusalNames = map[Refusal]string{
+	RefusedBadPreamble:       "bad-preamble",
+	RefusedMode:              "mode-not-allowed",
+	RefusedUnknownMigration:  "unknown-migration",
+	RefusedPort:              "port-not-announced",
+	RefusedOtherPeer:         "migration-bound-to-other-peer",
+	RefusedOverCap:           "over-cap",
+	RefusedTargetUnreachable: "target-unreachable",
+	RefusedNoCertificate:     "no-certificate",
+	RefusedUntrustedPeer:     "untrusted-peer",
+	RefusedHandshake:         "handshake-failed",
+	RefusedSourceRange:       "source-not-allowed",
+	RefusedLookup:            "lookup-failed",
+}
+
+func (r Refusal) String() string {
+	if s, ok := refusalNames[r]; ok {
+		return s
+	}
+	return "refusal(" + strconv.Itoa(int(r)) + ")"
+}
+
+// RefusedError is what the source side sees when its peer refused a stream.
+type RefusedError struct{ Reason Refusal }
+
+func (e *RefusedError) Error() string { return "the peer proxy refused the stream: " + e.Reason.String() }
+
+// The verdict is one byte: 0 accepted, else the Refusal. In tls mode it
+// travels inside TLS; in authenticated mode it is the first plain byte, so
+// that the source's TLS layer never reads (and buffers) past it.
+func readVerdict(r io.Reader) error {
+	var b [1]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return fmt.Errorf("reading the peer proxy's verdict: %w", err)
+	}
+	if Refusal(b[0]) != accepted {
+		return &RefusedError{Reason: Refusal(b[0])}
+	}
+	return nil
+}

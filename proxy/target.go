@@ -1,0 +1,269 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Endpoint is where a receiving migration's stream goes in this cluster:
+// the target virt-handler's in-cluster address and the ports its
+// targetState announces.
+type Endpoint struct {
+	Address string
+	Ports   map[string]int
+}
+
+// Resolver finds the in-flight receiving migration (a VMIM with
+// spec.receive.migrationID) with the given ID in this cluster. ok is false
+// when there is none; err only when the lookup itself failed.
+type Resolver interface {
+	Resolve(ctx context.Context, migrationID string) (ep Endpoint, ok bool, err error)
+}
+
+// TargetServer is the target end of the hop: it accepts streams from peer
+// proxies and relays each to the endpoint its migration announces. It
+// dials only addresses that a receiving migration of its own cluster
+// announces, never one a peer names, so it is no open relay.
+type TargetServer struct {
+	// Cert is this proxy's certificate.
+	Cert tls.Certificate
+	// Peers are the trusted peer proxies; a stream is accepted only from a
+	// certificate that chains to one of their CAs.
+	Peers []*Peer
+	// Modes are the hop modes accepted; empty means both.
+	Modes []Mode
+	// Resolver looks up receiving migrations.
+	Resolver Resolver
+	// Limiter caps concurrent migrations (shared with the source side).
+	Limiter *Limiter
+	// HandshakeTimeout bounds the handshake and preamble; DialTimeout the
+	// dial to the target virt-handler; IdleTimeout a stream with no bytes.
+	HandshakeTimeout, DialTimeout, IdleTimeout time.Duration
+	// Log receives stream events and refusals.
+	Log logr.Logger
+	// OnRefused, if set, is called with each refusal (tests observe them).
+	OnRefused func(peer string, r Refusal)
+
+	mu    sync.Mutex
+	bound map[string]string // migration ID -> the peer that first presented it
+}
+
+// Serve accepts hop connections on ln until ctx ends, with the accept
+// discipline of every kvnet listener (see serveListener).
+func (s *TargetServer) Serve(ctx context.Context, ln net.Listener) error {
+	return serveListener(ctx, ln, s.Log, nil, func(ctx context.Context, c net.Conn) { s.handle(ctx, c) })
+}
+
+func (s *TargetServer) tlsConfig() *tls.Config {
+	cfg := tlsBase(s.Cert)
+	// The chain is checked against each peer's own CAs below, so that the
+	// peer is known by name, not merely as "some trusted CA".
+	cfg.ClientAuth = tls.RequestClientCert
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return &handshakeRefusal{RefusedNoCertificate}
+		}
+		if s.peerOf(cs.PeerCertificates) == nil {
+			return &handshakeRefusal{RefusedUntrustedPeer}
+		}
+		return nil
+	}
+	return cfg
+}
+
+type handshakeRefusal struct{ r Refusal }
+
+func (e *handshakeRefusal) Error() string { return "peer certificate refused: " + e.r.String() }
+
+func (s *TargetServer) peerOf(certs []*x509.Certificate) *Peer {
+	for _, p := range s.Peers {
+		if p.verifyChain(certs, x509.ExtKeyUsageClientAuth) {
+			return p
+		}
+	}
+	return nil
+}
+
+func (s *TargetServer) refuse(log logr.Logger, peer string, r Refusal, err error) {
+	refused.WithLabelValues("target", r.String()).Inc()
+	if err != nil {
+		log.Info("refused a stream", "peer", peer, "reason", r.String(), "error", err.Error())
+	} else {
+		log.Info("refused a stream", "peer", peer, "reason", r.String())
+	}
+	if s.OnRefused != nil {
+		s.OnRefused(peer, r)
+	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
+	defer raw.Close()
+	log := s.Log.WithValues("client", raw.RemoteAddr().String())
+	_ = raw.SetDeadline(time.Now().Add(orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout)))
+	tc := tls.Server(raw, s.tlsConfig())
+	if err := tc.HandshakeContext(ctx); err != nil {
+		var hr *handshakeRefusal
+		if errors.As(err, &hr) {
+			s.refuse(log, "", hr.r, nil)
+		} else {
+			s.refuse(log, "", RefusedHandshake, err)
+		}
+		return
+	}
+	peer := s.peerOf(tc.ConnectionState().PeerCertificates)
+	log = log.WithValues("peer", peer.Name)
+	pre, err := ReadPreamble(tc)
+	if err != nil {
+		s.refuse(log, peer.Name, RefusedBadPreamble, err)
+		return
+	}
+	log = log.WithValues("migrationID", pre.MigrationID, "port", pre.Port, "mode", pre.Mode.String())
+	// Refusals travel back on the channel the source reads its verdict on.
+	verdict := net.Conn(tc)
+	if pre.Mode == ModeAuthenticated {
+		verdict = raw
+	}
+	deny := func(r Refusal, err error) {
+		s.refuse(log, peer.Name, r, err)
+		_, _ = verdict.Write([]byte{byte(r)})
+	}
+	if !s.modeAllowed(pre.Mode) {
+		deny(RefusedMode, nil)
+		return
+	}
+	ep, ok, err := s.Resolver.Resolve(ctx, pre.MigrationID)
+	switch {
+	case err != nil:
+		deny(RefusedLookup, err)
+		return
+	case !ok:
+		s.unbind(pre.MigrationID)
+		deny(RefusedUnknownMigration, nil)
+		return
+	}
+	port := strconv.Itoa(int(pre.Port))
+	if _, ok := ep.Ports[port]; !ok {
+		deny(RefusedPort, nil)
+		return
+	}
+	if !s.bind(pre.MigrationID, peer.Name) {
+		deny(RefusedOtherPeer, nil)
+		return
+	}
+	if s.Limiter != nil {
+		if err := s.Limiter.Acquire(ctx, pre.MigrationID); err != nil {
+			deny(RefusedOverCap, err)
+			return
+		}
+		defer s.Limiter.Release(pre.MigrationID)
+	}
+	target := net.JoinHostPort(ep.Address, port)
+	dctx, cancel := context.WithTimeout(ctx, orDefault(s.DialTimeout, DefaultDialTimeout))
+	var d net.Dialer
+	dst, err := d.DialContext(dctx, "tcp", target)
+	cancel()
+	if err != nil {
+		dialErrors.Inc()
+		deny(RefusedTargetUnreachable, err)
+		return
+	}
+	defer dst.Close()
+	if _, err := verdict.Write([]byte{byte(accepted)}); err != nil {
+		log.Info("the peer went away before the stream started", "error", err.Error())
+		return
+	}
+	_ = raw.SetDeadline(time.Time{})
+	conn := net.Conn(tc)
+	if pre.Mode == ModeAuthenticated {
+		conn = raw
+	}
+	log.Info("relaying a stream from a peer proxy", "target", target)
+	runStream(ctx, log, "target", pre.MigrationID, s.IdleTimeout, conn, dst)
+}
+
+func (s *TargetServer) modeAllowed(m Mode) bool {
+	if len(s.Modes) == 0 {
+		return true
+	}
+	for _, a := range s.Modes {
+		if a == m {
+			return true
+		}
+	}
+	return false
+}
+
+// bind ties migration id to the first peer that presents it: another
+// trusted peer cannot take over (or inject into) that migration.
+func (s *TargetServer) bind(id, peer string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bound == nil {
+		s.bound = map[string]string{}
+	}
+	if cur, ok := s.bound[id]; ok {
+		return cur == peer
+	}
+	s.bound[id] = peer
+	return true
+}
+
+// unbind forgets a migration the cluster no longer has in flight, so the
+// bindings do not grow without bound.
+func (s *TargetServer) unbind(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.bound, id)
+}
+
+// runStream relays one accepted stream with live per-migration counters
+// and logs its end.
+func runStream(ctx context.Context, log logr.Logger, side, migrationID string, idle time.Duration, client, target net.Conn) {
+	connections.Inc()
+	active.Inc()
+	defer active.Dec()
+	counters := migrationCounters(side, migrationID)
+	defer counters.release()
+	st := &stream{log: log, idle: idle, onBytes: counters.add}
+	up, down := st.pump(ctx, client, target)
+	log.Info("stream ended", "bytesToTarget", up, "bytesFromTarget", down)
+}
+
+// ErrNoPeer is returned when no configured peer serves a migration.
+var ErrNoPeer = errors.New("no configured peer proxy for this migration")
+
+// PeerFor picks the peer of a migration from its spec.sendTo.connectURL:
+// the peer whose ConnectHosts hold the URL's host, or the only peer.
+func PeerFor(peers []*Peer, connectURL string) (*Peer, error) {
+	host := connectURL
+	if h, _, err := net.SplitHostPort(connectURL); err == nil {
+		host = h
+	}
+	for _, p := range peers {
+		for _, h := range p.ConnectHosts {
+			if h == host {
+				return p, nil
+			}
+		}
+	}
+	if len(peers) == 1 && len(peers[0].ConnectHosts) == 0 {
+		return peers[0], nil
+	}
+	return nil, fmt.Errorf("%w (connectURL %q)", ErrNoPeer, connectURL)
+}
