@@ -132,7 +132,7 @@ func startChain(t testing.TB, src, dst *pki, o chainOpts) *chain {
 	port, _ := strconv.Atoi(o.targetPorts[0])
 	r := &Relay{
 		MigrationID: "mig-1", IdleTimeout: o.idle,
-		Upstream: func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, "mig-1", uint16(port)) },
+		Upstream:  func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, "mig-1", uint16(port)) },
 		OnRefused: func(r Refusal) { ch.refusals <- r },
 	}
 	ln := listenOn(t, loopback(t, 2))

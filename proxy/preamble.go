@@ -155,7 +155,9 @@ func (r Refusal) String() string {
 // RefusedError is what the source side sees when its peer refused a stream.
 type RefusedError struct{ Reason Refusal }
 
-func (e *RefusedError) Error() string { return "the peer proxy refused the stream: " + e.Reason.String() }
+func (e *RefusedError) Error() string {
+	return "the peer proxy refused the stream: " + e.Reason.String()
+}
 
 // The verdict is one byte: 0 accepted, else the Refusal. In tls mode it
 // travels inside TLS; in authenticated mode it is the first plain byte, so
