@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -34,6 +35,18 @@ type Controller struct {
 	Address string
 	// DialTimeout is passed to each Relay.
 	DialTimeout time.Duration
+	// Store is where mappings are published; the rewrite trusts only it.
+	Store MappingStore
+	// Peers are the other clusters' proxies and Dialer opens the hop to
+	// them. Without peers the relays dial the remote node directly (a flat
+	// network where every node is reachable; not the documented setup).
+	Peers  []*Peer
+	Dialer *Dialer
+	// Limiter caps the migrations relayed at once (shared with the target
+	// side); AllowedSources and IdleTimeout are passed to each Relay.
+	Limiter        *Limiter
+	AllowedSources []netip.Prefix
+	IdleTimeout    time.Duration
 	// Log is the controller's logger.
 	Log logr.Logger
 
@@ -108,7 +121,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.closeSession(log, req.NamespacedName, "no in-flight decentralized migration with a target endpoint")
 		return reconcile.Result{}, c.publish(ctx, &vmi, "")
 	}
-	s, err := c.ensureSession(log, req.NamespacedName, remote, vmi.Annotations[AnnotationMapping])
+	var peer *Peer
+	if len(c.Peers) > 0 {
+		if peer, err = PeerFor(c.Peers, vmim.Spec.SendTo.ConnectURL); err != nil {
+			log.Error(err, "holding the migration back: no peer proxy serves its target cluster", "migrationID", remote.MigrationID)
+			c.closeSession(log, req.NamespacedName, "no peer proxy")
+			return reconcile.Result{}, c.publish(ctx, &vmi, "")
+		}
+	}
+	published, err := c.Store.Get(ctx, c.Client, req.NamespacedName)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	s, err := c.ensureSession(log, req.NamespacedName, remote, peer, published)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -120,7 +145,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // the local ports of a still-matching published mapping, so virt-handler
 // keeps the same address and ports (it restarts its own proxies when they
 // change).
-func (c *Controller) ensureSession(log logr.Logger, key types.NamespacedName, remote Remote, published string) (*session, error) {
+func (c *Controller) ensureSession(log logr.Logger, key types.NamespacedName, remote Remote, peer *Peer, published string) (*session, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.base.Err() != nil {
@@ -153,7 +178,18 @@ func (c *Controller) ensureSession(log logr.Logger, key types.NamespacedName, re
 		s.mapping.Ports[remotePort] = local
 		r := &Relay{
 			Target: net.JoinHostPort(remote.Target, remotePort), DialTimeout: c.DialTimeout,
+			MigrationID: remote.MigrationID, Limiter: c.Limiter, AllowedSources: c.AllowedSources, IdleTimeout: c.IdleTimeout,
 			Log: log.WithValues("migrationID", remote.MigrationID, "listen", ln.Addr().String()),
+		}
+		if peer != nil {
+			port, err := strconv.ParseUint(remotePort, 10, 16)
+			if err != nil {
+				_ = ln.Close()
+				s.close()
+				return nil, fmt.Errorf("targetState.directMigrationNodePorts key %q is not a port", remotePort)
+			}
+			id, d := remote.MigrationID, c.Dialer
+			r.Upstream = func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, id, uint16(port)) }
 		}
 		s.done.Add(1)
 		listeners.Inc()
@@ -185,7 +221,8 @@ func (c *Controller) listen(port string) (net.Listener, error) {
 	return ln, nil
 }
 
-// publish sets (or, with value "", removes) the annotation with an
+// publish writes the mapping to the store, then sets (or, with value "",
+// removes) the trigger annotation with an
 // optimistic lock, so a write based on a stale VMI fails and is retried
 // instead of overwriting a concurrent status change. The write goes through
 // the StatusRewriter, which points the top-level fields at the relays in the
@@ -194,6 +231,9 @@ func (c *Controller) publish(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	cur, has := vmi.Annotations[AnnotationMapping]
 	if (value == "" && !has) || (value != "" && cur == value) {
 		return nil
+	}
+	if err := c.Store.Put(ctx, c.Client, client.ObjectKeyFromObject(vmi), value); err != nil {
+		return err
 	}
 	orig := vmi.DeepCopy()
 	if value == "" {

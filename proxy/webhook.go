@@ -39,6 +39,27 @@ type StatusRewriter struct {
 	// would let the unreachable address through. Local and target-side
 	// migrations are in the cache and never cost an API call.
 	APIReader client.Reader
+	// Store is where the proxy publishes its mappings, and MappingsReader
+	// (a cache of that one ConfigMap) reads it; the API (APIReader) is
+	// asked only when the VMI's trigger annotation differs from the cached
+	// entry, i.e. the cache is behind the proxy's latest publication. The
+	// annotation's own content is never used: any VMI editor can write it.
+	Store          MappingStore
+	MappingsReader client.Reader
+}
+
+// mapping returns the published mapping of vmi, "" when there is none.
+func (h *StatusRewriter) mapping(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (string, error) {
+	hint, ok := vmi.Annotations[AnnotationMapping]
+	if !ok || h.MappingsReader == nil {
+		return "", nil
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	m, err := h.Store.Get(ctx, h.MappingsReader, key)
+	if err != nil || m == hint || h.APIReader == nil {
+		return m, err
+	}
+	return h.Store.Get(ctx, h.APIReader, key)
 }
 
 // Handle implements admission.Handler.
@@ -77,7 +98,11 @@ func (h *StatusRewriter) rewrite(ctx context.Context, req admission.Request) adm
 	var address string
 	var ports map[string]int
 	if remote, ok := RemoteOf(&vmi, vmim); ok {
-		address, ports = Rewrite(remote, vmi.Annotations[AnnotationMapping])
+		published, err := h.mapping(ctx, &vmi)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading the migration proxy's published mappings: %w", err))
+		}
+		address, ports = Rewrite(remote, published)
 	}
 	ops, err := statusOps(req.Object.Raw, address, ports)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -264,7 +265,7 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 
 	// 2. The proxy opens relays and publishes them; the stored top-level
 	// fields now point at it.
-	mgr, err := app.NewProxyManager(env.Config, app.ProxyOptions{AdvertiseAddress: proxyAddr, MetricsAddr: "0", ProbeAddr: "0"})
+	mgr, err := app.NewProxyManager(env.Config, app.ProxyOptions{AdvertiseAddress: proxyAddr, MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace})
 	if err != nil {
 		t.Fatal(err)
 	}

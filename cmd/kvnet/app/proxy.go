@@ -2,21 +2,30 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
-	kubevirtv1 "kubevirt.io/api/core/v1"
+	"net"
+	"net/netip"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
@@ -35,22 +44,74 @@ func init() {
 // `kvnet proxy` runs, since without published relays the rewrite holds every
 // decentralized migration source back (by design: it never lets the
 // unreachable remote address through).
-func migrationProxyExtension(ctx context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, _ *ServeOptions) error {
+func migrationProxyExtension(ctx context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, so *ServeOptions) error {
 	// VMIMs come from an informer started with the manager (no API call per
 	// admission); the API is read only when the cache does not know the
 	// migration a VMI names yet.
 	if _, err := mgr.GetCache().GetInformer(ctx, &kubevirtv1.VirtualMachineInstanceMigration{}); err != nil {
 		return fmt.Errorf("starting the VirtualMachineInstanceMigration informer: %w", err)
 	}
-	h := &proxy.StatusRewriter{Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader()}
+	store := proxy.MappingStore{Namespace: so.Namespace}
+	mappings, err := mappingsCache(mgr, store)
+	if err != nil {
+		return err
+	}
+	h := &proxy.StatusRewriter{Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Store: store, MappingsReader: mappings}
 	mgr.GetWebhookServer().Register(webhook.PathMutateVMIMigrationStatus, &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)})
 	return nil
 }
 
+// mappingsCache is an informer on the one ConfigMap of published mappings
+// (not on every ConfigMap of the cluster), started with the manager.
+func mappingsCache(mgr manager.Manager, store proxy.MappingStore) (cache.Cache, error) {
+	name := store.Name
+	if name == "" {
+		name = proxy.DefaultMappingsName
+	}
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:            mgr.GetScheme(),
+		DefaultNamespaces: map[string]cache.Config{store.Namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", name)},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the migration proxy mappings cache: %w", err)
+	}
+	if _, err := c.GetInformer(context.Background(), &corev1.ConfigMap{}); err != nil {
+		return nil, fmt.Errorf("starting the migration proxy mappings informer: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // ProxyOptions are `kvnet proxy`'s process settings.
 type ProxyOptions struct {
+	// AdvertiseAddress is the in-cluster address the source listeners bind
+	// and publish (the pod's migration0 address).
 	AdvertiseAddress string
-	DialTimeout      time.Duration
+	// HopListen is the cross-cluster hop listener (crosscluster0 address
+	// and port); HopListener, if set, is used instead (tests hand over a
+	// bound listener rather than racing for a free port).
+	HopListen   string
+	HopListener net.Listener
+	// Cert is this proxy's certificate for the hop; Peers the other
+	// clusters' proxies; Mode the hop mode this proxy asks for; Modes the
+	// hop modes it accepts (empty: both).
+	Cert  tls.Certificate
+	Peers []*proxy.Peer
+	Mode  proxy.Mode
+	Modes []proxy.Mode
+	// AllowedSources are the in-cluster migration ranges the source
+	// listeners accept clients from.
+	AllowedSources []netip.Prefix
+	MaxMigrations  int
+	QueueWait      time.Duration
+	DialTimeout    time.Duration
+	IdleTimeout    time.Duration
+
 	MetricsAddr      string
 	ProbeAddr        string
 	LeaderElect      bool
@@ -58,9 +119,10 @@ type ProxyOptions struct {
 	Namespace        string
 }
 
-// NewProxyManager builds the manager of `kvnet proxy`: the relay controller
-// only, under leader election so one instance owns all relays. Tests call it
-// with envtest's rest.Config.
+// NewProxyManager builds the manager of `kvnet proxy`: the source-side
+// relay controller and the target-side hop listener, under leader election
+// so one instance owns both ends in a cluster. Tests call it with
+// envtest's rest.Config.
 func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, error) {
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  Scheme(),
@@ -79,9 +141,38 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating the proxy manager: %w", err)
 	}
-	c := &proxy.Controller{Address: o.AdvertiseAddress, DialTimeout: o.DialTimeout, Log: ctrl.Log.WithName("migration-proxy")}
+	log := ctrl.Log.WithName("migration-proxy")
+	limiter := &proxy.Limiter{Max: o.MaxMigrations, Wait: o.QueueWait}
+	c := &proxy.Controller{
+		Address: o.AdvertiseAddress, DialTimeout: o.DialTimeout, Log: log,
+		Store: proxy.MappingStore{Namespace: o.Namespace}, Peers: o.Peers,
+		Dialer:  &proxy.Dialer{Cert: o.Cert, Mode: o.Mode},
+		Limiter: limiter, AllowedSources: o.AllowedSources, IdleTimeout: o.IdleTimeout,
+	}
 	if err := proxy.Setup(mgr, c); err != nil {
 		return nil, fmt.Errorf("setting up the migration proxy: %w", err)
+	}
+	if o.HopListen != "" || o.HopListener != nil {
+		if len(o.Peers) == 0 {
+			return nil, fmt.Errorf("the hop listener needs at least one peer: it accepts only peer proxies")
+		}
+		ts := &proxy.TargetServer{
+			Cert: o.Cert, Peers: o.Peers, Modes: o.Modes, Resolver: &proxy.ClusterResolver{Reader: mgr.GetCache()},
+			Limiter: limiter, DialTimeout: o.DialTimeout, IdleTimeout: o.IdleTimeout, Log: log.WithName("hop"),
+		}
+		ln := o.HopListener
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			if ln == nil {
+				var err error
+				if ln, err = net.Listen("tcp", o.HopListen); err != nil {
+					return fmt.Errorf("opening the hop listener on %s: %w", o.HopListen, err)
+				}
+			}
+			log.Info("hop listener open", "listen", ln.Addr().String())
+			return ts.Serve(ctx, ln)
+		})); err != nil {
+			return nil, err
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
@@ -89,24 +180,122 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 	return mgr, nil
 }
 
+// PeerFile is the format of --peers: the other clusters' proxies.
+type PeerFile struct {
+	Peers []struct {
+		// Name is the peer cluster's name (used in logs, metrics and the
+		// migration binding).
+		Name string `json:"name"`
+		// Addresses are its proxies' hop listeners, host:port.
+		Addresses []string `json:"addresses"`
+		// CAFile is the PEM bundle its proxy certificates chain to.
+		CAFile string `json:"caFile"`
+		// ServerName its serving certificate carries (default: name).
+		ServerName string `json:"serverName,omitempty"`
+		// ConnectHosts are the hosts of spec.sendTo.connectURL that lead
+		// to it; optional with a single peer.
+		ConnectHosts []string `json:"connectHosts,omitempty"`
+	} `json:"peers"`
+}
+
+// LoadPeers reads a --peers file; errors name the field.
+func LoadPeers(path string) ([]*proxy.Peer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading --peers: %w", err)
+	}
+	var f PeerFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return nil, fmt.Errorf("parsing --peers %s: %w", path, err)
+	}
+	var out []*proxy.Peer
+	seen := map[string]bool{}
+	for i, p := range f.Peers {
+		field := fmt.Sprintf("peers[%d]", i)
+		if p.Name == "" || seen[p.Name] {
+			return nil, fmt.Errorf("%s.name: empty or repeated %q", field, p.Name)
+		}
+		seen[p.Name] = true
+		if len(p.Addresses) == 0 {
+			return nil, fmt.Errorf("%s.addresses: at least one host:port", field)
+		}
+		for j, a := range p.Addresses {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("%s.addresses[%d]: %w", field, j, err)
+			}
+		}
+		pem, err := os.ReadFile(p.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s.caFile: %w", field, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s.caFile %s: no PEM certificate", field, p.CAFile)
+		}
+		out = append(out, &proxy.Peer{Name: p.Name, Addresses: p.Addresses, CAs: pool, ServerName: p.ServerName, ConnectHosts: p.ConnectHosts})
+	}
+	return out, nil
+}
+
 func proxyCommand() *cobra.Command {
 	var o ProxyOptions
 	var zo zap.Options
+	var certFile, keyFile, peersFile, mode, modes string
+	var sources []string
 	c := &cobra.Command{
 		Use:   "proxy",
-		Short: "Relay decentralized live migrations through this pod's cross-cluster address",
-		Long: `Runs beside KubeVirt's synchronization controller on the source cluster. For
-each VMI that is the source of a decentralized live migration (a VMIM with
-spec.sendTo) and whose target has reported its endpoint
-(status.migrationState.targetState), it opens one TCP relay per remote
-migration port on --advertise-address and publishes the mapping in the VMI
-annotation kvnet.io/migration-proxy. kvnet's webhook then points the source
-virt-handler at the relays. See docs/migration-proxy.md.`,
+		Short: "Relay decentralized live migrations between clusters, proxy to proxy over mutual TLS",
+		Long: `Runs in each cluster of a decentralized live migration, in a pod that holds
+an in-cluster migration0 address and a crosscluster0 address.
+
+Source side: for each VMI that is the source of a decentralized migration (a
+VMIM with spec.sendTo) whose target has reported its endpoint, it opens one
+listener per remote migration port on --advertise-address, publishes the
+mapping in a ConfigMap only it may write, and kvnet's webhook points the
+source virt-handler at those listeners. Each stream goes to the target
+cluster's proxy (--peers) over mutual TLS.
+
+Target side: --hop-listen accepts streams from peer proxies only, checks the
+peer, the migration ID and the port against this cluster's receiving VMIM and
+its VMI's targetState, and dials that in-cluster endpoint.
+
+See docs/migration-proxy.md.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			log := zap.New(zap.UseFlagOptions(&zo))
 			ctrl.SetLogger(log)
-			if o.AdvertiseAddress == "" {
-				return fmt.Errorf("--advertise-address is required: the proxy pod's address on the migration network the source virt-handlers reach")
+			if net.ParseIP(o.AdvertiseAddress) == nil {
+				return fmt.Errorf("--advertise-address %q: want the proxy pod's in-cluster migration address (an IP)", o.AdvertiseAddress)
+			}
+			var err error
+			if o.Mode, err = proxy.ParseMode(mode); err != nil {
+				return fmt.Errorf("--mode: %w", err)
+			}
+			if modes != "" {
+				for _, m := range splitComma(modes) {
+					pm, err := proxy.ParseMode(m)
+					if err != nil {
+						return fmt.Errorf("--accept-modes: %w", err)
+					}
+					o.Modes = append(o.Modes, pm)
+				}
+			}
+			for _, s := range sources {
+				p, err := netip.ParsePrefix(s)
+				if err != nil {
+					return fmt.Errorf("--allowed-sources %q: %w", s, err)
+				}
+				o.AllowedSources = append(o.AllowedSources, p)
+			}
+			if peersFile != "" {
+				if o.Peers, err = LoadPeers(peersFile); err != nil {
+					return err
+				}
+				if o.Cert, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+					return fmt.Errorf("--cert-file/--key-file: %w", err)
+				}
+			}
+			if len(o.AllowedSources) == 0 {
+				log.Info("no --allowed-sources: the source listeners accept any client; set the in-cluster migration ranges")
 			}
 			restCfg, err := ctrl.GetConfig()
 			if err != nil {
@@ -116,20 +305,44 @@ virt-handler at the relays. See docs/migration-proxy.md.`,
 			if err != nil {
 				return err
 			}
-			log.Info("starting kvnet proxy", "advertiseAddress", o.AdvertiseAddress)
+			log.Info("starting kvnet proxy", "advertiseAddress", o.AdvertiseAddress, "hopListen", o.HopListen, "mode", o.Mode.String(), "peers", len(o.Peers))
 			return mgr.Start(c.Context())
 		},
 	}
 	fs := c.Flags()
-	fs.StringVar(&o.AdvertiseAddress, "advertise-address", os.Getenv("KVNET_PROXY_ADDRESS"), "IP the relays listen on and that is published to virt-handler (the pod's migration0/crosscluster0 address)")
-	fs.DurationVar(&o.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout of each dial to the remote migration target")
+	fs.StringVar(&o.AdvertiseAddress, "advertise-address", os.Getenv("KVNET_PROXY_ADDRESS"), "in-cluster IP the source listeners bind and that is published to virt-handler (the pod's migration0 address)")
+	fs.StringVar(&o.HopListen, "hop-listen", "", "host:port of the cross-cluster hop listener (the pod's crosscluster0 address); empty: no target side")
+	fs.StringVar(&certFile, "cert-file", "/etc/kvnet/proxy/tls.crt", "this proxy's certificate (server and client use) for the hop")
+	fs.StringVar(&keyFile, "key-file", "/etc/kvnet/proxy/tls.key", "its key")
+	fs.StringVar(&peersFile, "peers", "", "YAML file of peer proxies (name, addresses, caFile, serverName, connectHosts); empty: dial remote nodes directly (flat networks only)")
+	fs.StringVar(&mode, "mode", "tls", "hop mode this proxy asks for: tls (all encrypted) or authenticated (mutual-TLS handshake, then plain bytes; only with KubeVirt migration TLS on)")
+	fs.StringVar(&modes, "accept-modes", "", "comma-separated hop modes accepted from peers (default both)")
+	fs.StringSliceVar(&sources, "allowed-sources", nil, "CIDRs the source listeners accept clients from (the in-cluster migration ranges)")
+	fs.IntVar(&o.MaxMigrations, "max-migrations", proxy.DefaultMaxMigrations, "migrations relayed at once; more wait --queue-wait, then are refused")
+	fs.DurationVar(&o.QueueWait, "queue-wait", proxy.DefaultQueueWait, "how long a migration over the cap waits for a slot")
+	fs.DurationVar(&o.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout of each dial (peer proxy, target virt-handler)")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close a stream that moved no byte for this long")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address; 0 disables")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "kvnet-migration-proxy", "lease name for leader election")
-	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader-election lease")
+	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "kvnet's namespace: the lease and the mappings ConfigMap")
 	gofs := goFlagSet()
 	zo.BindFlags(gofs)
 	fs.AddGoFlagSet(gofs)
 	return c
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
 }

@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// DefaultMappingsName is the ConfigMap, in kvnet's namespace, that holds
+// the proxy's published mappings.
+const DefaultMappingsName = "kvnet-migration-proxy-mappings"
+
+// MappingStore is where the proxy publishes its mappings and the one place
+// the status rewrite trusts: a ConfigMap in kvnet's namespace that only the
+// proxy's ServiceAccount may write (the chart's Role grants update/patch on
+// this one name). The VMI annotation AnnotationMapping is only a trigger
+// (it makes the API server call the rewrite) and a hint for cache
+// freshness; whoever can edit a VMI can write it, so its content never
+// steers a stream.
+type MappingStore struct {
+	Namespace, Name string
+}
+
+func (s MappingStore) key() types.NamespacedName {
+	name := s.Name
+	if name == "" {
+		name = DefaultMappingsName
+	}
+	return types.NamespacedName{Namespace: s.Namespace, Name: name}
+}
+
+// Key is a VMI's entry in the ConfigMap. Namespaces hold no dot, so the
+// first dot separates the two parts unambiguously.
+func Key(vmi types.NamespacedName) string { return vmi.Namespace + "." + vmi.Name }
+
+// Put publishes (value "") or removes a VMI's mapping with a merge patch,
+// which needs no read first and leaves the other VMIs' entries alone.
+func (s MappingStore) Put(ctx context.Context, c client.Client, vmi types.NamespacedName, value string) error {
+	k := s.key()
+	var v any
+	if value != "" {
+		v = value
+	}
+	patch, _ := json.Marshal(map[string]any{"data": map[string]any{Key(vmi): v}}) // cannot fail
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+	err := c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
+	if apierrors.IsNotFound(err) {
+		if value == "" {
+			return nil
+		}
+		cm.Data = map[string]string{Key(vmi): value}
+		if err = c.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
+			err = c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publishing the mapping of VMI %s in ConfigMap %s: %w", vmi, k, err)
+	}
+	return nil
+}
+
+// Get returns a VMI's published mapping from r ("" if none).
+func (s MappingStore) Get(ctx context.Context, r client.Reader, vmi types.NamespacedName) (string, error) {
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, s.key(), &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading the migration proxy mappings %s: %w", s.key(), err)
+	}
+	return cm.Data[Key(vmi)], nil
+}
