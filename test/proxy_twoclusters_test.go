@@ -508,4 +508,3 @@ func vmiEditor(t *testing.T, ns string) client.Client {
 	_ = ctx
 	return c
 }
-
