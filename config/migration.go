@@ -22,8 +22,13 @@ const (
 
 // Default selectors: the labels KubeVirt puts on its pods.
 var (
-	DefaultInClusterSelector    = &metav1.LabelSelector{MatchLabels: map[string]string{"kubevirt.io": "virt-handler"}}
-	DefaultCrossClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubevirt.io": "virt-synchronization-controller"}}
+	DefaultInClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubevirt.io": "virt-handler"}}
+	// DefaultCrossClusterSelector: the synchronization controllers and
+	// kvnet's migration proxy pods (label kubevirt.io=kvnet-migration-proxy)
+	// hold the cross-cluster addresses; virt-handlers never do.
+	DefaultCrossClusterSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubevirt.io", Operator: metav1.LabelSelectorOpIn, Values: []string{"virt-synchronization-controller", "kvnet-migration-proxy"},
+	}}}
 )
 
 func defaultMigration(m Migration) Migration {

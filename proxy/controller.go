@@ -36,7 +36,10 @@ type Controller struct {
 	// DialTimeout is passed to each Relay.
 	DialTimeout time.Duration
 	// Store is where mappings are published; the rewrite trusts only it.
-	Store MappingStore
+	// StoreReader reads it back (the API reader: a cached read would start
+	// a cluster-wide ConfigMap informer the proxy has no RBAC for).
+	Store       MappingStore
+	StoreReader client.Reader
 	// Peers are the other clusters' proxies and Dialer opens the hop to
 	// them. Without peers the relays dial the remote node directly (a flat
 	// network where every node is reachable; not the documented setup).
@@ -77,6 +80,9 @@ func Setup(mgr manager.Manager, c *Controller) error {
 	}
 	if c.Client == nil {
 		c.Client = mgr.GetClient()
+	}
+	if c.StoreReader == nil {
+		c.StoreReader = mgr.GetAPIReader()
 	}
 	c.base, c.stop = context.WithCancel(context.Background())
 	c.sessions = map[types.NamespacedName]*session{}
@@ -129,7 +135,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, c.publish(ctx, &vmi, "")
 		}
 	}
-	published, err := c.Store.Get(ctx, c.Client, req.NamespacedName)
+	published, err := c.Store.Get(ctx, c.StoreReader, req.NamespacedName)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

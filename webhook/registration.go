@@ -36,6 +36,9 @@ const (
 	LauncherLabelValue       = "virt-launcher"
 	HandlerLabelValue        = "virt-handler"
 	SyncControllerLabelValue = "virt-synchronization-controller"
+	// MigrationProxyLabelValue marks kvnet proxy pods, which need the same
+	// migration addresses as the synchronization controller.
+	MigrationProxyLabelValue = "kvnet-migration-proxy"
 )
 
 // Configurations returns the webhook configurations kvnet needs. The Helm
@@ -105,7 +108,7 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 				Rules: rule("", "pods", create),
 				// KubeVirt's own pods live in KubeVirt's namespace, which is not excluded.
 				ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: KubeVirtLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{HandlerLabelValue, SyncControllerLabelValue},
+					Key: KubeVirtLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{HandlerLabelValue, SyncControllerLabelValue, MigrationProxyLabelValue},
 				}}},
 				NamespaceSelector: nsSel,
 				FailurePolicy:     &fail, SideEffects: ptr.To(admissionregv1.SideEffectClassNoneOnDryRun), TimeoutSeconds: &timeout,

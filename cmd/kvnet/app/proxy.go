@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -240,7 +241,8 @@ func LoadPeers(path string) ([]*proxy.Peer, error) {
 func proxyCommand() *cobra.Command {
 	var o ProxyOptions
 	var zo zap.Options
-	var certFile, keyFile, peersFile, mode, modes string
+	var certFile, keyFile, peersFile, mode, modes, advertiseIf, hopIf string
+	var hopPort int
 	var sources []string
 	c := &cobra.Command{
 		Use:   "proxy",
@@ -263,6 +265,20 @@ See docs/migration-proxy.md.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			log := zap.New(zap.UseFlagOptions(&zo))
 			ctrl.SetLogger(log)
+			if o.AdvertiseAddress == "" && advertiseIf != "" {
+				a, err := interfaceIP(advertiseIf)
+				if err != nil {
+					return fmt.Errorf("--advertise-interface: %w", err)
+				}
+				o.AdvertiseAddress = a
+			}
+			if o.HopListen == "" && hopIf != "" {
+				a, err := interfaceIP(hopIf)
+				if err != nil {
+					return fmt.Errorf("--hop-interface: %w", err)
+				}
+				o.HopListen = net.JoinHostPort(a, strconv.Itoa(hopPort))
+			}
 			if net.ParseIP(o.AdvertiseAddress) == nil {
 				return fmt.Errorf("--advertise-address %q: want the proxy pod's in-cluster migration address (an IP)", o.AdvertiseAddress)
 			}
@@ -311,6 +327,9 @@ See docs/migration-proxy.md.`,
 	}
 	fs := c.Flags()
 	fs.StringVar(&o.AdvertiseAddress, "advertise-address", os.Getenv("KVNET_PROXY_ADDRESS"), "in-cluster IP the source listeners bind and that is published to virt-handler (the pod's migration0 address)")
+	fs.StringVar(&advertiseIf, "advertise-interface", "", "take --advertise-address from this interface (migration0: the address kvnet's migration-pods webhook gave the pod)")
+	fs.StringVar(&hopIf, "hop-interface", "", "take the hop listener's host from this interface (crosscluster0)")
+	fs.IntVar(&hopPort, "hop-port", 9444, "port of the hop listener with --hop-interface")
 	fs.StringVar(&o.HopListen, "hop-listen", "", "host:port of the cross-cluster hop listener (the pod's crosscluster0 address); empty: no target side")
 	fs.StringVar(&certFile, "cert-file", "/etc/kvnet/proxy/tls.crt", "this proxy's certificate (server and client use) for the hop")
 	fs.StringVar(&keyFile, "key-file", "/etc/kvnet/proxy/tls.key", "its key")
@@ -331,6 +350,26 @@ See docs/migration-proxy.md.`,
 	zo.BindFlags(gofs)
 	fs.AddGoFlagSet(gofs)
 	return c
+}
+
+// interfaceIP is the first global unicast address of a network interface:
+// Multus attaches migration0 and crosscluster0 with the addresses kvnet's
+// migration-pods webhook chose, which the downward API cannot expose.
+func interfaceIP(name string) (string, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return "", err
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return "", fmt.Errorf("addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+			return n.IP.String(), nil
+		}
+	}
+	return "", fmt.Errorf("interface %s has no global unicast address", name)
 }
 
 func splitComma(s string) []string {
