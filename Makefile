@@ -6,7 +6,7 @@ ASSETS := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS ?= $(ASSETS)
 GO ?= go
 
-.PHONY: all build demo demo-down demo-offline test unit integration lint control-plane kubevirt bench fuzz helm helm-lint
+.PHONY: all build demo demo-down demo-offline test unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
 
 all: build
 
@@ -74,6 +74,10 @@ test: lint control-plane helm kubevirt
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./webhook/ ./mutators/
+
+# The migration proxy chain against a direct loopback baseline (ratios).
+bench-proxy:
+	$(GO) test -run '^$$' -bench 'BenchmarkChain' -benchtime 2x -benchmem ./proxy/
 
 FUZZTIME ?= 30s
 fuzz:

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
@@ -434,4 +433,3 @@ func TestChainTargetRefused(t *testing.T) {
 	}
 }
 
-var _ = logr.Discard
