@@ -432,4 +432,3 @@ func TestChainTargetRefused(t *testing.T) {
 		})
 	}
 }
-
