@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -21,6 +25,12 @@ import (
 // PodMutator is a mutating webhook for pods. Its webhook configuration
 // selects the pods (objectSelector on KubeVirt's labels), so it never sees a
 // pod that is not KubeVirt's.
+//
+// Pod mutators read a pod's metadata and where it runs, and write only its
+// labels and annotations. So the handler decodes just that part of the pod
+// (no containers, volumes or managedFields) and builds the patch from the
+// keys the mutators changed: a launcher pod's whole answer is usually one
+// replace of /metadata/annotations/k8s.v1.cni.cncf.io~1networks.
 type PodMutator struct {
 	// Name labels metrics and logs, e.g. "launcher-pods".
 	Name     string
@@ -35,25 +45,17 @@ func (h *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 }
 
 func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request) (resp admission.Response) {
-	log := logf.FromContext(ctx)
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	if len(req.Object.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the request carries no pod"))
-	}
-	// json.Unmarshal takes null for an empty pod; a patch for it would not apply.
-	if t := bytes.TrimLeft(req.Object.Raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the request's pod is not a JSON object"))
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding Pod: %w", err))
+	pod, present, err := decodePodView(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
 	}
 	pr := &chain.PodRequest{
 		Operation: req.Operation,
 		Namespace: req.Namespace,
-		Pod:       &pod,
+		Pod:       pod,
 		DryRun:    req.DryRun != nil && *req.DryRun,
 		Config:    h.Config.Get(),
 		Facts:     h.Facts,
@@ -65,31 +67,99 @@ func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request) (resp
 		return admission.Allowed("namespace is excluded by config")
 	}
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		var old corev1.Pod
-		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old Pod: %w", err))
+		old, _, err := decodePodView(req.OldObject.Raw)
+		if err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("the old pod: %w", err))
 		}
-		pr.OldPod = &old
+		pr.OldPod = old
 	}
-	before, err := json.Marshal(&pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding Pod: %w", err))
-	}
+	annotations, labels := maps.Clone(pod.Annotations), maps.Clone(pod.Labels)
 	if err := chain.RunPodMutators(ctx, pr, h.Mutators); err != nil {
 		return errorResponse(err, pr.Warnings)
 	}
-	after, err := json.Marshal(&pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding mutated Pod: %w", err))
-	}
-	ops, err := patch.Compute(req.Object.Raw, before, after)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
+	ops := podOps(present, annotations, labels, pod)
 	if len(ops) > 0 {
-		log.V(1).Info("mutated pod", "operations", len(ops))
+		logf.FromContext(ctx).V(1).Info("mutated pod", "operations", len(ops))
 	}
 	resp = admission.Patched("", ops...)
 	resp.Warnings = pr.Warnings
 	return resp
+}
+
+// podOps is the patch for what the mutators changed in the pod's labels and
+// annotations (before: annotations, labels). A pod without metadata gets
+// it added whole.
+func podOps(present podPresence, annotations, labels map[string]string, pod *corev1.Pod) []jsonpatch.Operation {
+	if !present.metadata {
+		meta := map[string]any{}
+		if len(pod.Annotations) > 0 {
+			meta["annotations"] = pod.Annotations
+		}
+		if len(pod.Labels) > 0 {
+			meta["labels"] = pod.Labels
+		}
+		if len(meta) == 0 {
+			return nil
+		}
+		return []jsonpatch.Operation{{Operation: "add", Path: "/metadata", Value: meta}}
+	}
+	ops := patch.StringMap("/metadata/annotations", present.annotations, annotations, pod.Annotations)
+	return append(ops, patch.StringMap("/metadata/labels", present.labels, labels, pod.Labels)...)
+}
+
+// podView is the part of a pod the pod mutators read. Decoding only this
+// skips the containers, volumes and managedFields that make up most of a
+// virt-launcher pod; unknown and unread fields stay in the request's object,
+// which the patch leaves alone.
+type podView struct {
+	Metadata *podMeta `json:"metadata"`
+	Spec     struct {
+		NodeName string           `json:"nodeName"`
+		Affinity *corev1.Affinity `json:"affinity"`
+	} `json:"spec"`
+}
+
+// podMeta is metav1.ObjectMeta without managedFields (which is the larger
+// part of a pod's metadata) and the fields no pod mutator reads.
+type podMeta struct {
+	Name              string                  `json:"name"`
+	GenerateName      string                  `json:"generateName"`
+	Namespace         string                  `json:"namespace"`
+	UID               types.UID               `json:"uid"`
+	Labels            map[string]string       `json:"labels"`
+	Annotations       map[string]string       `json:"annotations"`
+	OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
+	DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
+}
+
+// podPresence tells which members the admitted pod has (not missing, not
+// null), so the patch adds a map whole where the pod lacks it.
+type podPresence struct{ metadata, annotations, labels bool }
+
+// decodePodView decodes the part of raw the pod mutators read into a
+// corev1.Pod, whose other fields stay empty.
+func decodePodView(raw []byte) (*corev1.Pod, podPresence, error) {
+	if len(raw) == 0 {
+		return nil, podPresence{}, fmt.Errorf("the request carries no pod")
+	}
+	// json.Unmarshal takes null for an empty pod; a patch for it would not apply.
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, podPresence{}, fmt.Errorf("the request's pod is not a JSON object")
+	}
+	var v podView
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, podPresence{}, fmt.Errorf("decoding Pod: %w", err)
+	}
+	pod := &corev1.Pod{}
+	pod.Spec.NodeName, pod.Spec.Affinity = v.Spec.NodeName, v.Spec.Affinity
+	if v.Metadata == nil {
+		return pod, podPresence{}, nil
+	}
+	m := v.Metadata
+	pod.ObjectMeta = metav1.ObjectMeta{
+		Name: m.Name, GenerateName: m.GenerateName, Namespace: m.Namespace, UID: m.UID,
+		Labels: m.Labels, Annotations: m.Annotations, OwnerReferences: m.OwnerReferences,
+		DeletionTimestamp: m.DeletionTimestamp,
+	}
+	return pod, podPresence{metadata: true, annotations: m.Annotations != nil, labels: m.Labels != nil}, nil
 }

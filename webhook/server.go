@@ -59,6 +59,12 @@ func NewHandlers(cfg *config.Source, facts lookup.Facts, o HandlerOptions) Handl
 // recovery is on as a second net under the handlers' own.
 func Register(srv ctrlwebhook.Server, hs Handlers) {
 	for path, h := range hs {
-		srv.Register(path, &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)})
+		srv.Register(path, Webhook(h))
 	}
+}
+
+// Webhook is h as the webhook server mounts it: controller-runtime's
+// AdmissionReview decoding and encoding around it.
+func Webhook(h admission.Handler) *admission.Webhook {
+	return &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)}
 }

@@ -1,0 +1,122 @@
+package loadtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+func fixture(t testing.TB) (*Fixture, []Body) {
+	t.Helper()
+	f, err := NewFixture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies, err := f.Bodies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, bodies
+}
+
+// post sends one review to h in process and returns the decoded answer.
+func post(t testing.TB, h http.Handler, path string, review []byte) *admissionv1.AdmissionResponse {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, newRequest(path, review))
+	var ar admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &ar); err != nil || ar.Response == nil {
+		t.Fatalf("%s: undecodable answer %q: %v", path, rec.Body.String(), err)
+	}
+	return ar.Response
+}
+
+// Every fixture body gets the answer its Check expects from kvnet, and a
+// plain "allowed" from the floor.
+func TestBodies(t *testing.T) {
+	f, bodies := fixture(t)
+	kv, floor := f.KvnetMux(), FloorMux()
+	for _, b := range bodies {
+		t.Run(b.Name, func(t *testing.T) {
+			var in admissionv1.AdmissionReview
+			if err := json.Unmarshal(b.Review, &in); err != nil {
+				t.Fatal(err)
+			}
+			resp := post(t, kv, b.Path, b.Review)
+			if !resp.Allowed || resp.UID != in.Request.UID {
+				t.Fatalf("allowed=%v uid=%q result=%+v, want allowed with uid %q", resp.Allowed, resp.UID, resp.Result, in.Request.UID)
+			}
+			if b.Check == nil {
+				if len(resp.Patch) != 0 {
+					t.Fatalf("unexpected patch %s", resp.Patch)
+				}
+			} else {
+				out, err := applyPatch(in.Request.Object.Raw, resp.Patch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Check(out); err != nil {
+					t.Fatalf("patch %s: %v", resp.Patch, err)
+				}
+			}
+			if fr := post(t, floor, b.Path, b.Review); !fr.Allowed || len(fr.Patch) != 0 {
+				t.Fatalf("floor: %+v", fr)
+			}
+		})
+	}
+}
+
+// floorNsOp holds the floor's ns/op per body, measured just before kvnet's
+// in the same run.
+var floorNsOp = map[string]float64{}
+
+// BenchmarkWebhooks runs every kvnet webhook in process, from the POSTed
+// AdmissionReview to the encoded answer, next to the do-nothing
+// controller-runtime handler on the same body. kvnet's sub-benchmark reports
+// x-floor: its requests per second as a fraction of the floor's (the goal
+// is at least 0.7).
+func BenchmarkWebhooks(b *testing.B) {
+	f, bodies := fixture(b)
+	kv, floor := f.KvnetMux(), FloorMux()
+	for _, body := range bodies {
+		for _, target := range []struct {
+			name string
+			h    http.Handler
+		}{{"floor", floor}, {"kvnet", kv}} {
+			b.Run(fmt.Sprintf("%s/%s", body.Name, target.name), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(body.Review)))
+				for b.Loop() {
+					rec := httptest.NewRecorder()
+					target.h.ServeHTTP(rec, newRequest(body.Path, body.Review))
+					if rec.Code != http.StatusOK {
+						b.Fatalf("status %d: %s", rec.Code, rec.Body)
+					}
+				}
+				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				if target.name == "floor" {
+					floorNsOp[body.Name] = ns
+				} else if base := floorNsOp[body.Name]; base > 0 {
+					b.ReportMetric(base/ns, "x-floor")
+				}
+			})
+		}
+	}
+}
+
+// The launcher pod's answer is the one operation ClaimRefs made: a replace
+// of the Multus selection annotation.
+func TestLauncherPodPatchIsOneReplace(t *testing.T) {
+	f, _ := fixture(t)
+	resp := post(t, f.KvnetMux(), "/mutate-launcher-pods", LauncherPodReview)
+	var ops []struct{ Op, Path string }
+	if err := json.Unmarshal(resp.Patch, &ops); err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 1 || ops[0].Op != "replace" || ops[0].Path != "/metadata/annotations/k8s.v1.cni.cncf.io~1networks" {
+		t.Fatalf("patch %s, want one replace of the networks annotation", resp.Patch)
+	}
+}

@@ -1,0 +1,33 @@
+package patch_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/kvnet/kvnet/patch"
+)
+
+// StringMap says per key what changed, escapes keys, and adds a map the
+// object lacks whole; every result applies to the object.
+func TestStringMap(t *testing.T) {
+	raw := `{"metadata":{"annotations":{"a/b":"1","gone":"x","same":"s"}}}`
+	ops := patch.StringMap("/metadata/annotations", true,
+		map[string]string{"a/b": "1", "gone": "x", "same": "s"},
+		map[string]string{"a/b": "2", "new~": "n", "same": "s"})
+	want := []opPath{{"replace", "/metadata/annotations/a~1b"}, {"add", "/metadata/annotations/new~0"}, {"remove", "/metadata/annotations/gone"}}
+	if !sameOps(opPaths(ops), want) {
+		t.Fatalf("ops = %v, want %v", opPaths(ops), want)
+	}
+	got := apply(t, raw, ops)
+	if w := jsonValue(t, `{"metadata":{"annotations":{"a/b":"2","new~":"n","same":"s"}}}`); !reflect.DeepEqual(got, w) {
+		t.Fatalf("applied: %v, want %v", got, w)
+	}
+
+	ops = patch.StringMap("/metadata/labels", false, nil, map[string]string{"k": "v"})
+	if got := apply(t, `{"metadata":{"name":"p"}}`, ops); !reflect.DeepEqual(got, jsonValue(t, `{"metadata":{"name":"p","labels":{"k":"v"}}}`)) {
+		t.Fatalf("absent map: %v", got)
+	}
+	if ops := patch.StringMap("/metadata/labels", true, map[string]string{"k": "v"}, map[string]string{"k": "v"}); ops != nil {
+		t.Fatalf("no change gave %v", ops)
+	}
+}
