@@ -7,14 +7,15 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
 )
 
-// decodeVMish decodes a VM or VMI and returns the typed object together with a
-// chain request whose pointers alias into it, so mutators change the object
-// itself.
+// decodeVMish decodes the part of a VM or VMI the chain reads (see vmView)
+// and returns the typed object together with a chain request whose pointers
+// alias into it, so mutators change the object itself.
 func decodeVMish(kind string, raw []byte) (any, *chain.Request, error) {
 	if len(raw) == 0 {
 		return nil, nil, fmt.Errorf("the request carries no object")
@@ -26,19 +27,95 @@ func decodeVMish(kind string, raw []byte) (any, *chain.Request, error) {
 	}
 	switch kind {
 	case chain.KindVM:
-		var vm kubevirtv1.VirtualMachine
-		if err := json.Unmarshal(raw, &vm); err != nil {
+		var v vmView
+		if err := json.Unmarshal(raw, &v); err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
-		return &vm, chain.ForVM(&vm), nil
+		vm := &kubevirtv1.VirtualMachine{ObjectMeta: v.Metadata.objectMeta()}
+		if t := v.Spec.Template; t != nil {
+			vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
+		}
+		return vm, chain.ForVM(vm), nil
 	case chain.KindVMI:
-		var vmi kubevirtv1.VirtualMachineInstance
-		if err := json.Unmarshal(raw, &vmi); err != nil {
+		var v vmiView
+		if err := json.Unmarshal(raw, &v); err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
-		return &vmi, chain.ForVMI(&vmi), nil
+		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: v.Metadata.objectMeta(), Spec: v.Spec.spec()}
+		return vmi, chain.ForVMI(vmi), nil
 	}
 	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
+}
+
+// vmView and vmiView are the parts of a VM and a VMI that kvnet's mutators
+// and validators read (chain.Request documents them): metadata without
+// managedFields, and of the VMI spec only the networks, the interfaces and
+// the two domain fields vDPA needs. Disks, volumes, cloud-init and status
+// are never decoded; they stay in the request's object, which the patch
+// (computed per region, see chain.Request.Regions) leaves alone. Decoding
+// into the full KubeVirt types cost more than everything else the webhook
+// does: VirtualMachineInstanceSpec alone decodes itself twice.
+type vmView struct {
+	Metadata *objectMeta `json:"metadata"`
+	Spec     struct {
+		Template *struct {
+			Metadata *objectMeta  `json:"metadata"`
+			Spec     *vmiSpecView `json:"spec"`
+		} `json:"template"`
+	} `json:"spec"`
+}
+
+type vmiView struct {
+	Metadata *objectMeta  `json:"metadata"`
+	Spec     *vmiSpecView `json:"spec"`
+}
+
+type vmiSpecView struct {
+	Domain struct {
+		Devices struct {
+			Interfaces                 []kubevirtv1.Interface `json:"interfaces"`
+			NetworkInterfaceMultiQueue *bool                  `json:"networkInterfaceMultiqueue"`
+			AutoattachPodInterface     *bool                  `json:"autoattachPodInterface"`
+		} `json:"devices"`
+		Memory *kubevirtv1.Memory `json:"memory"`
+	} `json:"domain"`
+	Networks []kubevirtv1.Network `json:"networks"`
+}
+
+func (v *vmiSpecView) spec() kubevirtv1.VirtualMachineInstanceSpec {
+	var s kubevirtv1.VirtualMachineInstanceSpec
+	if v == nil {
+		return s
+	}
+	d := &v.Domain.Devices
+	s.Domain.Devices.Interfaces, s.Domain.Devices.NetworkInterfaceMultiQueue, s.Domain.Devices.AutoattachPodInterface = d.Interfaces, d.NetworkInterfaceMultiQueue, d.AutoattachPodInterface
+	s.Domain.Memory = v.Domain.Memory
+	s.Networks = v.Networks
+	return s
+}
+
+// objectMeta is metav1.ObjectMeta without managedFields (often the larger
+// part of an object's metadata) and the fields kvnet never reads.
+type objectMeta struct {
+	Name              string                  `json:"name"`
+	GenerateName      string                  `json:"generateName"`
+	Namespace         string                  `json:"namespace"`
+	UID               types.UID               `json:"uid"`
+	Labels            map[string]string       `json:"labels"`
+	Annotations       map[string]string       `json:"annotations"`
+	OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
+	DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
+}
+
+func (m *objectMeta) objectMeta() metav1.ObjectMeta {
+	if m == nil {
+		return metav1.ObjectMeta{}
+	}
+	return metav1.ObjectMeta{
+		Name: m.Name, GenerateName: m.GenerateName, Namespace: m.Namespace, UID: m.UID,
+		Labels: m.Labels, Annotations: m.Annotations, OwnerReferences: m.OwnerReferences,
+		DeletionTimestamp: m.DeletionTimestamp,
+	}
 }
 
 // fillRequest completes a decoded request with what the AdmissionReview says.

@@ -11,8 +11,6 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -112,24 +110,11 @@ func podOps(present podPresence, annotations, labels map[string]string, pod *cor
 // virt-launcher pod; unknown and unread fields stay in the request's object,
 // which the patch leaves alone.
 type podView struct {
-	Metadata *podMeta `json:"metadata"`
+	Metadata *objectMeta `json:"metadata"`
 	Spec     struct {
 		NodeName string           `json:"nodeName"`
 		Affinity *corev1.Affinity `json:"affinity"`
 	} `json:"spec"`
-}
-
-// podMeta is metav1.ObjectMeta without managedFields (which is the larger
-// part of a pod's metadata) and the fields no pod mutator reads.
-type podMeta struct {
-	Name              string                  `json:"name"`
-	GenerateName      string                  `json:"generateName"`
-	Namespace         string                  `json:"namespace"`
-	UID               types.UID               `json:"uid"`
-	Labels            map[string]string       `json:"labels"`
-	Annotations       map[string]string       `json:"annotations"`
-	OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
-	DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
 }
 
 // podPresence tells which members the admitted pod has (not missing, not
@@ -155,11 +140,6 @@ func decodePodView(raw []byte) (*corev1.Pod, podPresence, error) {
 	if v.Metadata == nil {
 		return pod, podPresence{}, nil
 	}
-	m := v.Metadata
-	pod.ObjectMeta = metav1.ObjectMeta{
-		Name: m.Name, GenerateName: m.GenerateName, Namespace: m.Namespace, UID: m.UID,
-		Labels: m.Labels, Annotations: m.Annotations, OwnerReferences: m.OwnerReferences,
-		DeletionTimestamp: m.DeletionTimestamp,
-	}
-	return pod, podPresence{metadata: true, annotations: m.Annotations != nil, labels: m.Labels != nil}, nil
+	pod.ObjectMeta = v.Metadata.objectMeta()
+	return pod, podPresence{metadata: true, annotations: v.Metadata.Annotations != nil, labels: v.Metadata.Labels != nil}, nil
 }
