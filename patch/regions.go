@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -41,6 +43,12 @@ func ComputeRegions(raw []byte, regions []Region) ([]jsonpatch.Operation, error)
 			sub, err := jsonpatch.CreatePatch(r.Before, r.After)
 			if err != nil {
 				return nil, fmt.Errorf("diffing %s: %w", r.Pointer, err)
+			}
+			if flatMembers(sub) {
+				// CreatePatch walks maps in Go's random order; members of
+				// one object are independent, so sorting them makes equal
+				// requests get byte-equal patches.
+				sort.Sort(jsonpatch.ByPath(sub))
 			}
 			for _, op := range sub {
 				op.Path = r.Pointer + op.Path
@@ -87,6 +95,20 @@ func regionValue(all []Region, segs []string) (any, error) {
 		m[rel[len(rel)-1]] = v
 	}
 	return root, nil
+}
+
+// flatMembers reports whether every operation is on a direct member of the
+// region's object (as for labels and annotations), not inside a list.
+func flatMembers(ops []jsonpatch.Operation) bool {
+	for _, op := range ops {
+		if strings.Count(op.Path, "/") != 1 {
+			return false
+		}
+		if _, err := strconv.Atoi(op.Path[1:]); err == nil {
+			return false // a list index
+		}
+	}
+	return true
 }
 
 func isNull(b []byte) bool { return len(b) == 0 || string(bytes.TrimSpace(b)) == "null" }
