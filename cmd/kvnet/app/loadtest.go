@@ -1,0 +1,241 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/kvnet/kvnet/loadtest"
+)
+
+func init() { extraCommands = append(extraCommands, loadtestCommand) }
+
+type loadtestOptions struct {
+	bodies  []string
+	conns   []int
+	dur     time.Duration
+	rounds  int
+	url     string
+	ca      string
+	pid     int
+	serve   string
+	port    int
+	certDir string
+}
+
+func loadtestCommand() *cobra.Command {
+	o := &loadtestOptions{}
+	c := &cobra.Command{
+		Use:   "loadtest",
+		Short: "Measure kvnet's webhooks against a do-nothing controller-runtime handler, over HTTPS",
+		Long: `Sends realistic AdmissionReviews (a real API server's virt-launcher pod, a VM
+and a VMI gaining four networks, and both after kvnet's patch for the
+validating webhooks) over C keep-alive HTTPS connections, verifying every
+answer (allowed, uid, the expected patch), and prints req/s, latency
+percentiles, CPU per request and RSS.
+
+Without --url it starts two webhook servers as child processes, both
+controller-runtime's webhook server: the floor (a handler that allows
+everything without reading the object) and kvnet's handlers on a built-in
+cluster snapshot. Runs are interleaved, floor then kvnet, round after
+round, so every ratio compares two figures of the same moment.
+
+With --url it loads a running kvnet instead (its cluster must hold the
+bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
+--pid adds that process's CPU and RSS.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.serve != "" {
+				// kvnet webhook's default logger: zap, Info and above, to stderr.
+				ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zap.Options{})))
+				return loadtest.Serve(cmd.Context(), o.serve, "127.0.0.1", o.port, o.certDir)
+			}
+			return runLoadtest(cmd.Context(), cmd.OutOrStdout(), o)
+		},
+	}
+	fs := c.Flags()
+	fs.StringSliceVar(&o.bodies, "bodies", nil, "bodies to send (default all): launcher-pod, vm, vm-validate, vmi, vmi-validate")
+	fs.IntSliceVarP(&o.conns, "connections", "c", []int{1, 8, 64}, "keep-alive connections per run")
+	fs.DurationVarP(&o.dur, "duration", "d", 8*time.Second, "length of each run")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds; every round runs every body and connection count on every target")
+	fs.StringVar(&o.url, "url", "", "base URL of a running kvnet webhook (default: start the floor and kvnet on loopback)")
+	fs.StringVar(&o.ca, "ca", "", "CA bundle that verifies --url")
+	fs.IntVar(&o.pid, "pid", 0, "with --url: the webhook's process id, for CPU and RSS")
+	fs.StringVar(&o.serve, "serve", "", "internal: serve floor or kvnet instead of sending load")
+	fs.IntVar(&o.port, "port", 0, "internal: port for --serve")
+	fs.StringVar(&o.certDir, "cert-dir", "", "internal: certificates for --serve")
+	_ = fs.MarkHidden("serve")
+	_ = fs.MarkHidden("port")
+	_ = fs.MarkHidden("cert-dir")
+	return c
+}
+
+func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
+	f, err := loadtest.NewFixture()
+	if err != nil {
+		return err
+	}
+	all, err := f.Bodies()
+	if err != nil {
+		return err
+	}
+	bodies := all
+	if len(o.bodies) > 0 {
+		bodies = nil
+		for _, name := range o.bodies {
+			i := indexBody(all, name)
+			if i < 0 {
+				return fmt.Errorf("--bodies: no body %q", name)
+			}
+			bodies = append(bodies, all[i])
+		}
+	}
+	var targets []loadtest.Target
+	var caPEM []byte
+	if o.url != "" {
+		if caPEM, err = os.ReadFile(o.ca); err != nil {
+			return fmt.Errorf("--ca: %w", err)
+		}
+		targets = []loadtest.Target{{Name: "kvnet", URL: strings.TrimSuffix(o.url, "/"), PID: o.pid}}
+	} else {
+		dir, err := os.MkdirTemp("", "kvnet-loadtest-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if caPEM, err = loadtest.WriteCerts(dir); err != nil {
+			return err
+		}
+		for _, mode := range []string{"floor", "kvnet"} {
+			t, stop, err := startServer(ctx, mode, dir)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			targets = append(targets, t)
+		}
+	}
+	client, err := loadtest.NewClient(caPEM)
+	if err != nil {
+		return err
+	}
+	for _, t := range targets {
+		if err := client.WaitReady(ctx, t.URL, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	type key struct {
+		body, target string
+		conns        int
+	}
+	results := map[key][]*loadtest.Result{}
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range o.conns {
+			for _, b := range bodies {
+				for _, t := range targets {
+					r, err := client.Run(ctx, t, b, t.Name == "kvnet", c, o.dur)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(os.Stderr, "round %d: %-12s %-5s C=%-3d %8.0f req/s p99 %s\n", round, b.Name, t.Name, c, r.ReqPerSec(), r.Percentile(0.99).Round(10*time.Microsecond))
+					results[key{b.Name, t.Name, c}] = append(results[key{b.Name, t.Name, c}], r)
+				}
+			}
+		}
+	}
+	fmt.Fprintf(out, "| body | C | floor req/s | kvnet req/s | kvnet/floor | floor p99 ms | kvnet p50 / p90 / p99 / max ms | CPU µs/req floor / kvnet | kvnet RSS MiB (peak) |\n")
+	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|\n")
+	for _, b := range bodies {
+		for _, c := range o.conns {
+			kv := merge(results[key{b.Name, "kvnet", c}])
+			fl := merge(results[key{b.Name, "floor", c}])
+			floorRate, ratio, floorP99 := "-", "-", "-"
+			if fl != nil {
+				floorRate = fmt.Sprintf("%.0f", fl.ReqPerSec())
+				ratio = fmt.Sprintf("%.2f", kv.ReqPerSec()/fl.ReqPerSec())
+				floorP99 = ms(fl.Percentile(0.99))
+			}
+			cpu, rss := "-", "-"
+			if kv.CPU > 0 {
+				cpu = fmt.Sprintf("%.0f", float64(kv.CPU.Microseconds())/float64(kv.Requests))
+				if fl != nil && fl.CPU > 0 {
+					cpu = fmt.Sprintf("%.0f / %s", float64(fl.CPU.Microseconds())/float64(fl.Requests), cpu)
+				}
+				rss = fmt.Sprintf("%.0f (%.0f)", float64(kv.RSS)/(1<<20), float64(kv.HWM)/(1<<20))
+			}
+			fmt.Fprintf(out, "| %s `%s` | %d | %s | %.0f | %s | %s | %s / %s / %s / %s | %s | %s |\n", b.Name, b.Path, c, floorRate, kv.ReqPerSec(), ratio, floorP99,
+				ms(kv.Percentile(0.5)), ms(kv.Percentile(0.9)), ms(kv.Percentile(0.99)), ms(kv.Percentile(1)), cpu, rss)
+		}
+	}
+	return nil
+}
+
+func indexBody(bodies []loadtest.Body, name string) int {
+	for i, b := range bodies {
+		if b.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// merge pools the rounds of one body, target and connection count.
+func merge(rs []*loadtest.Result) *loadtest.Result {
+	if len(rs) == 0 {
+		return nil
+	}
+	m := &loadtest.Result{Body: rs[0].Body, Target: rs[0].Target, Conns: rs[0].Conns}
+	for _, r := range rs {
+		m.Requests += r.Requests
+		m.Elapsed += r.Elapsed
+		m.Latencies = append(m.Latencies, r.Latencies...)
+		m.CPU += r.CPU
+		m.RSS = max(m.RSS, r.RSS)
+		m.HWM = max(m.HWM, r.HWM)
+	}
+	slices.Sort(m.Latencies)
+	return m
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) }
+
+// startServer runs this binary with --serve mode on a free loopback port.
+func startServer(ctx context.Context, mode, certDir string) (loadtest.Target, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return loadtest.Target{}, nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return loadtest.Target{}, nil, err
+	}
+	cmd := exec.CommandContext(ctx, self, "loadtest", "--serve", mode, "--port", strconv.Itoa(port), "--cert-dir", certDir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return loadtest.Target{}, nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	return loadtest.Target{Name: mode, URL: fmt.Sprintf("https://127.0.0.1:%d", port), PID: cmd.Process.Pid}, stop, nil
+}

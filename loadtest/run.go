@@ -1,0 +1,272 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+// Target is one webhook server under load.
+type Target struct {
+	// Name is "floor" or "kvnet" in reports.
+	Name string
+	// URL is the server's base, e.g. https://127.0.0.1:9443.
+	URL string
+	// PID, when set, is read from /proc for CPU time and RSS.
+	PID int
+}
+
+// Result is one run: one body, one target, C connections for a while.
+type Result struct {
+	Body, Target string
+	Conns        int
+	Requests     int
+	Elapsed      time.Duration
+	Latencies    []time.Duration // sorted
+	// CPU is the target's CPU time over the run (0 without a PID).
+	CPU time.Duration
+	// RSS is the target's resident memory after the run, HWM its peak.
+	RSS, HWM int64
+}
+
+// ReqPerSec is the run's throughput.
+func (r *Result) ReqPerSec() float64 { return float64(r.Requests) / r.Elapsed.Seconds() }
+
+// Percentile returns the latency below which p (0..1) of requests finished.
+func (r *Result) Percentile(p float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(r.Latencies)-1))
+	return r.Latencies[i]
+}
+
+// Client sends reviews over HTTPS keep-alive connections.
+type Client struct {
+	roots *x509.CertPool
+}
+
+// NewClient trusts the CA bundle in caPEM.
+func NewClient(caPEM []byte) (*Client, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no certificate in the CA bundle")
+	}
+	return &Client{roots: roots}, nil
+}
+
+// Run sends body to t with conns connections for d and verifies every
+// answer: allowed, the request's uid, and a patch that Check accepts (the
+// first answer's patch is applied and checked; every later one must be
+// byte-equal to it). expectPatch false means the answer must carry none.
+func (c *Client) Run(ctx context.Context, t Target, b Body, expectPatch bool, conns int, d time.Duration) (*Result, error) {
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: c.roots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
+		MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, ForceAttemptHTTP2: false,
+	}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	uid, at, err := requestUID(b.Review)
+	if err != nil {
+		return nil, err
+	}
+	var obj struct {
+		Request struct {
+			Object json.RawMessage `json:"object"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(b.Review, &obj); err != nil {
+		return nil, err
+	}
+	v := &verifier{body: b, obj: obj.Request.Object, expectPatch: expectPatch}
+
+	cpu0, _ := procCPU(t.PID)
+	var mu sync.Mutex
+	var firstErr error
+	var lats []time.Duration
+	runCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < conns; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			review := bytes.Clone(b.Review)
+			var mine []time.Duration
+			for n := 0; runCtx.Err() == nil; n++ {
+				id := fmt.Sprintf("%08x-0000-4000-8000-%012x", w, n)[:len(uid)]
+				copy(review[at:], id)
+				t0 := time.Now()
+				err := c.once(runCtx, hc, t.URL+b.Path, review, id, v)
+				if runCtx.Err() != nil {
+					break // the run ended during this request; it does not count
+				}
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%s %s: %w", t.Name, b.Name, err)
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	slices.Sort(lats)
+	r := &Result{Body: b.Name, Target: t.Name, Conns: conns, Requests: len(lats), Elapsed: elapsed, Latencies: lats}
+	if t.PID > 0 {
+		cpu1, err := procCPU(t.PID)
+		if err != nil {
+			return nil, err
+		}
+		r.CPU = cpu1 - cpu0
+		r.RSS, r.HWM, _ = procRSS(t.PID)
+	}
+	return r, nil
+}
+
+func (c *Client) once(ctx context.Context, hc *http.Client, url string, review []byte, uid string, v *verifier) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(review))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, data)
+	}
+	var ar admissionv1.AdmissionReview
+	if err := json.Unmarshal(data, &ar); err != nil || ar.Response == nil {
+		return fmt.Errorf("undecodable answer %q: %v", data, err)
+	}
+	if !ar.Response.Allowed {
+		return fmt.Errorf("refused: %+v", ar.Response.Result)
+	}
+	if string(ar.Response.UID) != uid {
+		return fmt.Errorf("answer for uid %q, sent %q", ar.Response.UID, uid)
+	}
+	return v.check(ar.Response.Patch)
+}
+
+// verifier checks patches: the first in full, the rest against it.
+type verifier struct {
+	body        Body
+	obj         []byte
+	expectPatch bool
+	mu          sync.Mutex
+	verified    []byte
+}
+
+func (v *verifier) check(patch []byte) error {
+	if !v.expectPatch || v.body.Check == nil {
+		if len(patch) != 0 {
+			return fmt.Errorf("unexpected patch %s", patch)
+		}
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.verified != nil {
+		if !bytes.Equal(patch, v.verified) {
+			return fmt.Errorf("patch %s differs from the verified %s", patch, v.verified)
+		}
+		return nil
+	}
+	out, err := applyPatch(v.obj, patch)
+	if err != nil {
+		return err
+	}
+	if err := v.body.Check(out); err != nil {
+		return fmt.Errorf("patch %s: %w", patch, err)
+	}
+	v.verified = bytes.Clone(patch)
+	return nil
+}
+
+// requestUID finds request.uid in a review: its value and offset.
+func requestUID(review []byte) (string, int, error) {
+	var ar admissionv1.AdmissionReview
+	if err := json.Unmarshal(review, &ar); err != nil || ar.Request == nil {
+		return "", 0, fmt.Errorf("not an AdmissionReview request: %v", err)
+	}
+	uid := string(ar.Request.UID)
+	i := bytes.Index(review, []byte(`"uid":"`+uid+`"`))
+	if uid == "" || i < 0 {
+		return "", 0, fmt.Errorf("request.uid not found")
+	}
+	return uid, i + len(`"uid":"`), nil
+}
+
+// procCPU is a process's user+system CPU time (Linux /proc).
+func procCPU(pid int) (time.Duration, error) {
+	if pid <= 0 {
+		return 0, nil
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces; fields count from after its ')'.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(u+s) * time.Second / ticks, nil
+}
+
+// procRSS is a process's resident and peak resident memory in bytes.
+func procRSS(pid int) (rss, hwm int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = n * 1024
+		case "VmHWM":
+			hwm = n * 1024
+		}
+	}
+	return rss, hwm, nil
+}

@@ -1,0 +1,66 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+)
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// The client drives both servers over HTTPS and verifies every answer; a
+// server that answers wrongly fails the run.
+func TestRunVerifiesAnswers(t *testing.T) {
+	_, bodies := fixture(t)
+	dir := t.TempDir()
+	ca, err := WriteCerts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	targets := map[string]Target{}
+	errs := make(chan error, 2)
+	for _, mode := range []string{"floor", "kvnet"} {
+		port := freePort(t)
+		go func() { errs <- Serve(ctx, mode, "127.0.0.1", port, dir) }()
+		targets[mode] = Target{Name: mode, URL: fmt.Sprintf("https://127.0.0.1:%d", port)}
+		if err := c.WaitReady(ctx, targets[mode].URL, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range bodies {
+		for mode, tg := range targets {
+			r, err := c.Run(ctx, tg, b, mode == "kvnet", 2, 200*time.Millisecond)
+			if err != nil {
+				t.Fatalf("%s %s: %v", mode, b.Name, err)
+			}
+			if r.Requests == 0 || r.Percentile(0.99) <= 0 {
+				t.Fatalf("%s %s: %d requests", mode, b.Name, r.Requests)
+			}
+		}
+	}
+	// The floor never patches, so holding it to kvnet's patch must fail.
+	if _, err := c.Run(ctx, targets["floor"], bodies[0], true, 1, 200*time.Millisecond); err == nil {
+		t.Fatal("a floor answer passed as kvnet's patched answer")
+	}
+	cancel()
+	for range targets {
+		if err := <-errs; err != nil {
+			t.Fatalf("server: %v", err)
+		}
+	}
+}
