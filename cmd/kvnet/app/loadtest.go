@@ -207,7 +207,9 @@ func merge(rs []*loadtest.Result) *loadtest.Result {
 	return m
 }
 
-func ms(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) }
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64)
+}
 
 // startServer runs this binary with --serve mode on a free loopback port.
 func startServer(ctx context.Context, mode, certDir string) (loadtest.Target, func(), error) {
