@@ -14,12 +14,16 @@ import (
 )
 
 // Serve is the envelope every kvnet admission handler runs in: a logger
-// carrying the request's identity (webhook, namespace, name, uid) in the
+// carrying the webhook's name next to the request's identity (namespace,
+// name, requestID: controller-runtime's admission.Webhook adds those) in the
 // context, a panic turned into a 500 that points at the logs instead of a
 // crashed request, and the request metrics. handle sees the enriched context.
 func Serve(ctx context.Context, webhook string, req admission.Request, handle func(context.Context, admission.Request) admission.Response) (resp admission.Response) {
 	start := time.Now()
-	log := logf.FromContext(ctx).WithValues("webhook", webhook, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
+	// controller-runtime's logger in ctx already carries the object's
+	// namespace and name, the resource, the user and the uid (requestID);
+	// adding them again cost a field encoding each on every request.
+	log := logf.FromContext(ctx).WithValues("webhook", webhook)
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error(fmt.Errorf("%v", p), "handler panicked", "stack", string(debug.Stack()))
