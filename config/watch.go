@@ -143,6 +143,12 @@ func (w *Watcher) Reload() error {
 	return nil
 }
 
+// NeedLeaderElection is false: every replica serves admission, so every
+// replica must reload its policy. A Watcher run only on the leader leaves the
+// followers admitting under their start-up config, and two replicas of one
+// install then apply two different policies.
+func (*Watcher) NeedLeaderElection() bool { return false }
+
 // Start watches until ctx ends. It satisfies controller-runtime's Runnable.
 func (w *Watcher) Start(ctx context.Context) error {
 	poll := w.Poll

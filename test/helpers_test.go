@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -233,5 +234,21 @@ func waitGone(t *testing.T, obj client.Object) {
 			t.Fatalf("%s still in kvnet's cache", client.ObjectKeyFromObject(obj))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// eventually polls f until it returns nil, failing the test with f's last
+// error once timeout has passed. It is the one poll loop of these tests: a
+// condition with a generous deadline, never a sleep and never a timing
+// assertion.
+func eventually(t *testing.T, what string, timeout time.Duration, f func() error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = f()
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: still not true after %s: %v", what, timeout, last)
 	}
 }

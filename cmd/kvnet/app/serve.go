@@ -18,6 +18,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -42,6 +43,13 @@ type ServeOptions struct {
 	LeaderElect      bool
 	Namespace        string
 	LeaderElectionID string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
+	// zero keeps controller-runtime's defaults (15s, 10s, 2s). Tests shorten
+	// them to hand the lease over quickly.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// SeveralManagers lets tests run more than one manager in one process
+	// (replicas of one install): controller names are then reused.
+	SeveralManagers bool
 }
 
 func (o *ServeOptions) register(c *cobra.Command) {
@@ -111,10 +119,18 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        o.LeaderElectionID,
 		LeaderElectionNamespace: o.Namespace,
+		// kvnet exits when its manager stops, so the lease can be handed
+		// over at once instead of after LeaseDuration: a rolling update
+		// does not leave the controllers without a leader for 15 seconds.
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 durationOrNil(o.LeaseDuration),
+		RenewDeadline:                 durationOrNil(o.RenewDeadline),
+		RetryPeriod:                   durationOrNil(o.RetryPeriod),
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
 			Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
 		}),
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: false}},
+		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: false}},
+		Controller: ctrlconfig.Controller{SkipNameValidation: &o.SeveralManagers},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -151,6 +167,13 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 		return nil, err
 	}
 	return mgr, nil
+}
+
+func durationOrNil(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
 }
 
 func webhookCommand() *cobra.Command {
