@@ -13,7 +13,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -107,7 +106,7 @@ func (r *Request) Warn(format string, args ...any) {
 // Invalid builds the 422 a user gets, in the shape KubeVirt's virt-api uses:
 // one cause per field.
 func (r *Request) Invalid(errs field.ErrorList) error {
-	return apierrors.NewInvalid(schema.GroupKind{Group: kubevirtv1.GroupVersion.Group, Kind: r.Kind}, r.Name, errs)
+	return RefuseInvalid(schema.GroupKind{Group: kubevirtv1.GroupVersion.Group, Kind: r.Kind}, r.Name, errs)
 }
 
 // NetworkPath is the field path of spec.networks[i].

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -123,12 +121,12 @@ func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	elems, err := multus.Parse(pod.Annotations[multus.NetworksAnnotation])
 	if err != nil {
 		denials.WithLabelValues(nets[0].Pool.ID, "bad-annotation").Inc()
-		return apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, podName(pod), field.ErrorList{field.Invalid(annPath, pod.Annotations[multus.NetworksAnnotation], err.Error())})
+		return chain.RefuseInvalid(schema.GroupKind{Kind: "Pod"}, podName(pod), field.ErrorList{field.Invalid(annPath, pod.Annotations[multus.NetworksAnnotation], err.Error())})
 	}
 	for _, n := range nets {
 		info, err := req.Facts.NAD(ctx, n.NADNamespace, n.NADName)
 		if err != nil {
-			return err
+			return fmt.Errorf("reading NetworkAttachmentDefinition %s/%s of %s: %w", n.NADNamespace, n.NADName, n.NADField, err)
 		}
 		if info == nil {
 			denials.WithLabelValues(n.Pool.ID, "nad-missing").Inc()
@@ -301,6 +299,6 @@ func podName(pod *corev1.Pod) string {
 	return pod.GenerateName
 }
 
-func forbidden(msg string) error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: msg}}
-}
+// forbidden refuses a pod kvnet cannot give an address; it is not a kvnet
+// failure (the pool is empty or the operator's NAD is missing), so a 403.
+func forbidden(msg string) error { return chain.RefuseForbidden(msg) }

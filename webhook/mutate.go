@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -62,7 +61,7 @@ func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp adm
 		snaps[i] = patch.Region{Pointer: r.Pointer, Before: b}
 	}
 	if err := chain.RunMutators(ctx, cr, h.Mutators); err != nil {
-		return errorResponse(err, cr.Warnings)
+		return errorResponse(ctx, err, cr.Warnings)
 	}
 	if len(cr.Changes) == 0 {
 		// Most requests (KubeVirt's own updates, VMs already mutated) end
@@ -88,15 +87,20 @@ func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp adm
 	return resp
 }
 
-// errorResponse tells a user's mistake (an API status error such as Invalid)
-// from kvnet's own failure.
-func errorResponse(err error, warnings []string) admission.Response {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) && status.Status().Code < 500 {
-		s := status.Status()
+// errorResponse keeps the two error classes apart. A chain.Refusal is the
+// user's mistake and goes back as its 4xx status, field paths included.
+// Anything else is kvnet failing at its own work, even when it wraps an API
+// status from kvnet's own reads and writes (its RBAC's 403, a 404 or 429 on a
+// claim lookup): a 500 whose message says what kvnet was doing, logged here
+// and counted by Serve as outcome "error".
+func errorResponse(ctx context.Context, err error, warnings []string) admission.Response {
+	var refusal *chain.Refusal
+	if errors.As(err, &refusal) {
+		s := refusal.Status()
 		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &s, Warnings: warnings}}
 	}
-	resp := admission.Errored(http.StatusInternalServerError, err)
+	logf.FromContext(ctx).Error(err, "kvnet failed to admit the object")
+	resp := admission.Errored(http.StatusInternalServerError, fmt.Errorf("kvnet failed, not the object: %w", err))
 	resp.Warnings = warnings
 	return resp
 }

@@ -73,7 +73,7 @@ func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request) (resp
 	}
 	annotations, labels := maps.Clone(pod.Annotations), maps.Clone(pod.Labels)
 	if err := chain.RunPodMutators(ctx, pr, h.Mutators); err != nil {
-		return errorResponse(err, pr.Warnings)
+		return errorResponse(ctx, err, pr.Warnings)
 	}
 	ops := podOps(present, annotations, labels, pod)
 	if len(ops) > 0 {

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -78,8 +79,12 @@ func TestPodMutator(t *testing.T) {
 		"panicking step": {&webhook.PodMutator{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error { panic("boom") })}},
 			podReview(admissionv1.Create, "tenant-a", pod, nil), http.StatusInternalServerError},
 		"user error": {&webhook.PodMutator{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error {
-			return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "a", nil)
+			return chain.RefuseForbidden("the pool is exhausted")
 		})}}, podReview(admissionv1.Create, "tenant-a", pod, nil), http.StatusForbidden},
+		// kvnet's own reads failing with an API status are kvnet's failure.
+		"kvnet's own 403": {&webhook.PodMutator{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error {
+			return fmt.Errorf("reading IPAMClaim: %w", apierrors.NewForbidden(schema.GroupResource{Resource: "ipamclaims"}, "a", nil))
+		})}}, podReview(admissionv1.Create, "tenant-a", pod, nil), http.StatusInternalServerError},
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp := c.h.Handle(context.Background(), c.req)

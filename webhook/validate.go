@@ -53,14 +53,14 @@ func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp
 	}
 	errs, err := chain.RunValidators(ctx, cr, h.Validators)
 	if err != nil {
-		return errorResponse(err, cr.Warnings)
+		return errorResponse(ctx, err, cr.Warnings)
 	}
 	if len(errs) > 0 && req.Operation == admissionv1.Update {
 		errs = h.ratchet(ctx, &req.AdmissionRequest, errs)
 	}
 	if len(errs) > 0 {
 		log.Info("denied", "errors", errs.ToAggregate().Error())
-		return errorResponse(cr.Invalid(errs), cr.Warnings)
+		return errorResponse(ctx, cr.Invalid(errs), cr.Warnings)
 	}
 	resp = admission.Allowed("")
 	resp.Warnings = cr.Warnings
