@@ -5,6 +5,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/kvnet/kvnet/config"
 )
 
 // Registration describes how the API server reaches kvnet.
@@ -28,7 +30,26 @@ type Registration struct {
 	// `kvnet proxy` running: the rule holds every decentralized migration
 	// until the proxy has published its relays.
 	MigrationProxy bool
+	// LauncherPods registers the virt-launcher pod webhook and MigrationPods
+	// the virt-handler / synchronization-controller one. Both fail closed on
+	// pods, so while kvnet is down they stop every pod they select: they are
+	// registered only when a configured feature needs them (see For).
+	LauncherPods, MigrationPods bool
 }
+
+// For sets the pod webhooks the config needs: launcher pods for persistent
+// IPs (the IPAMClaim reference) or kube-ovn's legacy live migration, and
+// migration pods only when a migration network is configured.
+func (r Registration) For(c *config.Config) Registration {
+	r.LauncherPods = c.PersistentIPsEnabled() || c.KubeOVN.LegacyLiveMigration
+	r.MigrationPods = c.Migration.Enabled()
+	return r
+}
+
+// notDeleting keeps the updates of an object being deleted (finalizer
+// removal) away from kvnet, as chain.SkipReason would allow them anyway: a
+// kvnet outage must not leave objects stuck in Terminating.
+var notDeleting = []admissionregv1.MatchCondition{{Name: "not-being-deleted", Expression: "!has(object.metadata.deletionTimestamp)"}}
 
 // Labels KubeVirt puts on its pods, which the pod webhooks select on.
 const (
@@ -88,7 +109,7 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 				Name: "virtualmachines.mutate.kvnet.io", ClientConfig: client(PathMutateVM),
 				Rules: rule("kubevirt.io", "virtualmachines", create, update), NamespaceSelector: nsSel,
 				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout, ReinvocationPolicy: ifNeeded,
-				AdmissionReviewVersions: []string{"v1"},
+				MatchConditions: notDeleting, AdmissionReviewVersions: []string{"v1"},
 			},
 			{
 				Name: "virtualmachineinstances.mutate.kvnet.io", ClientConfig: client(PathMutateVMI),
@@ -96,25 +117,29 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout, ReinvocationPolicy: ifNeeded,
 				AdmissionReviewVersions: []string{"v1"},
 			},
-			{
-				Name: "launcher-pods.mutate.kvnet.io", ClientConfig: client(PathMutateLauncherPods),
-				Rules: rule("", "pods", create, update), NamespaceSelector: nsSel,
-				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{KubeVirtLabel: LauncherLabelValue}},
-				FailurePolicy:  &fail, SideEffects: ptr.To(admissionregv1.SideEffectClassNoneOnDryRun), TimeoutSeconds: &timeout,
-				ReinvocationPolicy: ifNeeded, AdmissionReviewVersions: []string{"v1"},
-			},
-			{
-				Name: "migration-pods.mutate.kvnet.io", ClientConfig: client(PathMutateMigrationPods),
-				Rules: rule("", "pods", create),
-				// KubeVirt's own pods live in KubeVirt's namespace, which is not excluded.
-				ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: KubeVirtLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{HandlerLabelValue, SyncControllerLabelValue, MigrationProxyLabelValue},
-				}}},
-				NamespaceSelector: nsSel,
-				FailurePolicy:     &fail, SideEffects: ptr.To(admissionregv1.SideEffectClassNoneOnDryRun), TimeoutSeconds: &timeout,
-				AdmissionReviewVersions: []string{"v1"},
-			},
 		},
+	}
+	if r.LauncherPods {
+		mutating.Webhooks = append(mutating.Webhooks, admissionregv1.MutatingWebhook{
+			Name: "launcher-pods.mutate.kvnet.io", ClientConfig: client(PathMutateLauncherPods),
+			Rules: rule("", "pods", create, update), NamespaceSelector: nsSel,
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{KubeVirtLabel: LauncherLabelValue}},
+			FailurePolicy:  &fail, SideEffects: ptr.To(admissionregv1.SideEffectClassNoneOnDryRun), TimeoutSeconds: &timeout,
+			ReinvocationPolicy: ifNeeded, MatchConditions: notDeleting, AdmissionReviewVersions: []string{"v1"},
+		})
+	}
+	if r.MigrationPods {
+		mutating.Webhooks = append(mutating.Webhooks, admissionregv1.MutatingWebhook{
+			Name: "migration-pods.mutate.kvnet.io", ClientConfig: client(PathMutateMigrationPods),
+			Rules: rule("", "pods", create),
+			// KubeVirt's own pods live in KubeVirt's namespace, which is not excluded.
+			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: KubeVirtLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{HandlerLabelValue, SyncControllerLabelValue, MigrationProxyLabelValue},
+			}}},
+			NamespaceSelector: nsSel,
+			FailurePolicy:     &fail, SideEffects: ptr.To(admissionregv1.SideEffectClassNoneOnDryRun), TimeoutSeconds: &timeout,
+			ReinvocationPolicy: ifNeeded, AdmissionReviewVersions: []string{"v1"},
+		})
 	}
 	if r.MigrationProxy {
 		mutating.Webhooks = append(mutating.Webhooks, r.MigrationProxyWebhook())
@@ -125,12 +150,14 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 			{
 				Name: "virtualmachines.validate.kvnet.io", ClientConfig: client(PathValidateVM),
 				Rules: rule("kubevirt.io", "virtualmachines", create, update), NamespaceSelector: nsSel,
-				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1"},
+				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout,
+				MatchConditions: notDeleting, AdmissionReviewVersions: []string{"v1"},
 			},
 			{
 				Name: "virtualmachineinstances.validate.kvnet.io", ClientConfig: client(PathValidateVMI),
 				Rules: rule("kubevirt.io", "virtualmachineinstances", create), NamespaceSelector: nsSel,
-				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1"},
+				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout,
+				AdmissionReviewVersions: []string{"v1"},
 			},
 		},
 	}

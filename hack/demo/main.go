@@ -368,7 +368,8 @@ func ensureNamespace(ctx context.Context, c client.Client, ns string) error {
 
 // registerWebhooks creates kvnet's two configurations, calling base by URL.
 func registerWebhooks(ctx context.Context, c client.Client, name, base, ns string) error {
-	m, v := webhook.Registration{Name: name, ExcludedNamespaces: []string{"kube-system", ns}}.Configurations()
+	// The demo's config uses every feature, so every pod webhook is registered.
+	m, v := webhook.Registration{Name: name, ExcludedNamespaces: []string{"kube-system", ns}, LauncherPods: true, MigrationPods: true}.Configurations()
 	url := func(cc *admissionregv1.WebhookClientConfig) {
 		cc.URL = ptr.To(base + *cc.Service.Path)
 		cc.Service = nil

@@ -148,6 +148,12 @@ monitoring:
   prometheusRule: {enabled: true, labels: {release: prometheus}, alertLabels: {team: network}}
   dashboard: {enabled: true, annotations: {grafana_folder: kvnet}}
 `},
+	// Nothing needs a pod webhook: none is registered, so a kvnet outage
+	// cannot stop a single pod.
+	"persistent IPs off, no kube-ovn, no migration network": {release: "vmonly", namespace: "vmonly-system", values: `
+config:
+  persistentIPs: {enabled: false}
+`},
 	"migration proxy on": {release: "kvnet", namespace: "kvnet-proxy", values: `
 migrationProxy: {enabled: true, replicas: 2, dialTimeout: 5s}
 `},
@@ -207,6 +213,7 @@ func TestChartWebhooksMirrorRegistration(t *testing.T) {
 				Name: fullname, ServiceNamespace: c.namespace, ServiceName: fullname, ServicePort: 443,
 				ExcludedNamespaces: append(excludedFromValues(vals), c.namespace),
 			}
+			reg = reg.For(configFromValues(t, vals))
 			if p, ok := vals["migrationProxy"].(map[string]any); ok && p["enabled"] == true {
 				reg.MigrationProxy = true
 			}
@@ -391,7 +398,12 @@ func toYAML(v any) string {
 // namespace.
 func TestChartWebhooksNeverSelectForeignPods(t *testing.T) {
 	ctx := context.Background()
-	c := chartCase{release: "sel", namespace: "kvnet-sel"}
+	// A migration network, so that every pod webhook is registered.
+	c := chartCase{release: "sel", namespace: "kvnet-sel", values: `
+config:
+  migration:
+    inCluster: {nad: kubevirt/migration, pool: {cidr: 10.10.0.0/24}}
+`}
 	objs := render(t, c)
 	rec := newRecorder(t)
 	for _, o := range objs {
@@ -534,4 +546,19 @@ func TestChartCertificateWiringAgrees(t *testing.T) {
 			}
 		})
 	}
+}
+
+// configFromValues parses the chart's config value as kvnet would read it
+// from the rendered ConfigMap.
+func configFromValues(t *testing.T, vals map[string]any) *config.Config {
+	t.Helper()
+	raw, err := yaml.Marshal(vals["config"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(raw, "kvnet-system")
+	if err != nil {
+		t.Fatalf("chart config value: %v", err)
+	}
+	return c
 }

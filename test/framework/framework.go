@@ -142,6 +142,9 @@ func Start(o Options) (*Env, error) {
 	mutating, validating := webhook.Registration{
 		ServiceNamespace: KvnetNamespace, ServiceName: "kvnet", ServicePort: 443,
 		ExcludedNamespaces: []string{"kube-system", KvnetNamespace},
+		// Tests swap the config at run time (SetConfig), so every pod
+		// webhook is registered whatever the start-up config needs.
+		LauncherPods: true, MigrationPods: true,
 	}.Configurations()
 	te := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
