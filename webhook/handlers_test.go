@@ -257,3 +257,53 @@ spec:
 		t.Fatalf("causes = %+v, want only the new interfaces[1].name error", causes)
 	}
 }
+
+// Ratcheting keys errors by network name, not list index: inserting a
+// network before one whose NAD was deleted shifts its index, and the error
+// it already had must not read as new. (It was keyed by error text, index
+// included, and this UPDATE was refused with a 422 before.)
+func TestValidatorRatchetsAcrossIndexShifts(t *testing.T) {
+	h := exampleHandlers(t)[webhook.PathValidateVM]
+	old := toJSON(t, `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: a, namespace: dpu}
+spec:
+  template:
+    spec:
+      domain: {devices: {interfaces: [{name: gone, bridge: {}}]}}
+      networks: [{name: gone, multus: {networkName: deleted-nad}}]`)
+	inserted := toJSON(t, `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: a, namespace: dpu}
+spec:
+  template:
+    spec:
+      domain: {devices: {interfaces: [{name: default, masquerade: {}}, {name: gone, bridge: {}}]}}
+      networks: [{name: default, pod: {}}, {name: gone, multus: {networkName: deleted-nad}}]`)
+	if resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Update, "", inserted, old)); !resp.Allowed {
+		t.Fatalf("inserting a network before the broken one was refused: %+v", resp.Result)
+	}
+	// Removing it again shifts the other way.
+	if resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Update, "", old, inserted)); !resp.Allowed {
+		t.Fatalf("removing the earlier network was refused: %+v", resp.Result)
+	}
+	// A new broken network at the old index is still new.
+	worse := toJSON(t, `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: a, namespace: dpu}
+spec:
+  template:
+    spec:
+      domain: {devices: {interfaces: [{name: other, bridge: {}}, {name: gone, bridge: {}}]}}
+      networks: [{name: other, multus: {networkName: deleted-nad}}, {name: gone, multus: {networkName: deleted-nad}}]`)
+	resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Update, "", worse, old))
+	if resp.Allowed || code(resp) != 422 {
+		t.Fatalf("a new broken network: allowed=%v code=%d, want 422", resp.Allowed, code(resp))
+	}
+	if causes := resp.Result.Details.Causes; len(causes) != 1 || causes[0].Field != "spec.template.spec.networks[0].multus.networkName" {
+		t.Fatalf("causes = %+v, want only the new networks[0] error", causes)
+	}
+}

@@ -2,7 +2,10 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -56,7 +59,7 @@ func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp
 		return errorResponse(ctx, err, cr.Warnings)
 	}
 	if len(errs) > 0 && req.Operation == admissionv1.Update {
-		errs = h.ratchet(ctx, &req.AdmissionRequest, errs)
+		errs = h.ratchet(ctx, cr, &req.AdmissionRequest, errs)
 	}
 	if len(errs) > 0 {
 		log.Info("denied", "errors", errs.ToAggregate().Error())
@@ -69,7 +72,7 @@ func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp
 
 // ratchet drops the errors the old object had too. If the old object cannot
 // be validated, nothing is dropped.
-func (h *VMValidator) ratchet(ctx context.Context, ar *admissionv1.AdmissionRequest, errs field.ErrorList) field.ErrorList {
+func (h *VMValidator) ratchet(ctx context.Context, cr *chain.Request, ar *admissionv1.AdmissionRequest, errs field.ErrorList) field.ErrorList {
 	_, old, err := decodeVMish(h.Kind, ar.OldObject.Raw)
 	if err != nil {
 		return errs
@@ -82,13 +85,40 @@ func (h *VMValidator) ratchet(ctx context.Context, ar *admissionv1.AdmissionRequ
 	}
 	seen := map[string]bool{}
 	for _, e := range oldErrs {
-		seen[e.Error()] = true
+		seen[ratchetKey(old, e)] = true
 	}
 	var out field.ErrorList
 	for _, e := range errs {
-		if !seen[e.Error()] {
+		if !seen[ratchetKey(cr, e)] {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// ratchetKey names a field error by the network or interface it is about,
+// not by its list index: removing or inserting an earlier network shifts
+// every index after it, and the errors the VM already had must still be
+// recognised as old.
+func ratchetKey(r *chain.Request, e *field.Error) string {
+	f := e.Field
+	nets := r.Spec.Networks
+	f = byName(f, r.SpecPath.Child("networks").String(), len(nets), func(i int) string { return nets[i].Name })
+	ifaces := r.Spec.Domain.Devices.Interfaces
+	f = byName(f, r.SpecPath.Child("domain", "devices", "interfaces").String(), len(ifaces), func(i int) string { return ifaces[i].Name })
+	return fmt.Sprintf("%s\x00%s\x00%v\x00%s", e.Type, f, e.BadValue, e.Detail)
+}
+
+// byName rewrites list[i] at the start of path f as list[name=...].
+func byName(f, list string, n int, name func(int) string) string {
+	rest, ok := strings.CutPrefix(f, list+"[")
+	if !ok {
+		return f
+	}
+	idx, tail, ok := strings.Cut(rest, "]")
+	i, err := strconv.Atoi(idx)
+	if !ok || err != nil || i < 0 || i >= n {
+		return f
+	}
+	return list + "[name=" + strconv.Quote(name(i)) + "]" + tail
 }
