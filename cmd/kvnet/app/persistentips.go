@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -31,7 +32,23 @@ func init() {
 // that references its claims. Both are always wired; the config switch
 // persistentIPs.enabled decides per reconcile and per request, so turning it
 // off takes effect on reload and claims are still released.
+//
+// The IPAMClaim CRD is needed only for persistent IPs: without it and with
+// persistentIPs.enabled false, kvnet starts without the controller and the
+// launcher-pod references (turning persistent IPs on then needs the CRD and
+// a restart). Without it and with persistent IPs on, kvnet refuses to start
+// and says which CRD is missing.
 func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, opts *webhook.HandlerOptions, _ *ServeOptions) error {
+	gvk := ipamv1alpha1.SchemeGroupVersion.WithKind("IPAMClaim")
+	if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); meta.IsNoMatchError(err) {
+		if cfg.Get().PersistentIPsEnabled() {
+			return fmt.Errorf("persistentIPs.enabled is true, but the API server has no %s (CRD ipamclaims.k8s.cni.cncf.io): install it, or set persistentIPs.enabled: false: %w", gvk, err)
+		}
+		mgr.GetLogger().Info("the IPAMClaim CRD is not installed and persistent IPs are off: the persistent-IP controller is not started; install the CRD and restart kvnet to turn them on")
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("looking up the IPAMClaim kind: %w", err)
+	}
 	// Start the informers the pod mutator reads with the manager, so the
 	// readiness check waits for them instead of the first pod paying for it.
 	for _, obj := range []client.Object{&kubevirtv1.VirtualMachineInstance{}, &ipamv1alpha1.IPAMClaim{}} {
