@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/netattach"
@@ -36,6 +37,36 @@ type Facts interface {
 type Reader struct {
 	client.Reader
 	parsed sync.Map // "ns/name" -> *netattach.Info
+	// kubeVirt says how KubeVirt is answered: listed from Reader (a plain
+	// reader), never there (no CRD), or from an informer WatchKubeVirt
+	// started with the manager.
+	kubeVirt kubeVirtSource
+}
+
+type kubeVirtSource int
+
+const (
+	kubeVirtListed kubeVirtSource = iota
+	kubeVirtAbsent
+	kubeVirtWatched
+)
+
+// WatchKubeVirt starts the KubeVirt CR informer on c now, before the manager
+// starts, so that it syncs with the others and /readyz covers it; without
+// it, the first admission request needing the CR started the informer and
+// waited for its sync inside the webhook timeout. A cluster without
+// KubeVirt's CRD gets no informer, and KubeVirt answers nil without a call.
+func (r *Reader) WatchKubeVirt(ctx context.Context, c cache.Informers) error {
+	_, err := c.GetInformer(ctx, &kubevirtv1.KubeVirt{}, cache.BlockUntilSynced(false))
+	switch {
+	case meta.IsNoMatchError(err):
+		r.kubeVirt = kubeVirtAbsent
+	case err != nil:
+		return fmt.Errorf("starting the KubeVirt CR informer: %w", err)
+	default:
+		r.kubeVirt = kubeVirtWatched
+	}
+	return nil
 }
 
 // NewReader wraps r, which should be informer-backed.
@@ -76,6 +107,9 @@ func (r *Reader) NamespaceLabels(ctx context.Context, namespace string) (map[str
 // KubeVirt implements Facts. A cluster without the KubeVirt CRD, or without a
 // KubeVirt CR, yields nil: validators then skip the checks that need it.
 func (r *Reader) KubeVirt(ctx context.Context) (*kubevirtv1.KubeVirt, error) {
+	if r.kubeVirt == kubeVirtAbsent {
+		return nil, nil
+	}
 	var list kubevirtv1.KubeVirtList
 	if err := r.List(ctx, &list); err != nil {
 		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
@@ -71,5 +73,20 @@ func TestStartsWithoutIPAMClaimCRDWhenPersistentIPsAreOff(t *testing.T) {
 	defer stop()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		t.Fatal("kvnet's caches never synced without the IPAMClaim CRD")
+	}
+}
+
+// The KubeVirt CR informer starts with the manager, so the readiness check
+// (the manager's caches synced) covers it and no admission request pays for
+// its start. Asked for right after start-up, it is already synced; an
+// informer created by this call would still be listing. (Before, the first
+// request that read the KubeVirt CR started it, inside the webhook timeout.)
+func TestKubeVirtInformerStartsWithTheManager(t *testing.T) {
+	inf, err := env.Manager.GetCache().GetInformer(context.Background(), &kubevirtv1.KubeVirt{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inf.HasSynced() {
+		t.Fatal("the KubeVirt CR informer was not started and synced with kvnet's manager")
 	}
 }

@@ -143,6 +143,9 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 		}
 	}
 	facts := lookup.NewReader(mgr.GetCache())
+	if err := facts.WatchKubeVirt(ctx, mgr.GetCache()); err != nil {
+		return nil, err
+	}
 	var hopts webhook.HandlerOptions
 	for _, ext := range serveExtensions {
 		if err := ext(ctx, mgr, cfg, facts, &hopts, &o); err != nil {
