@@ -44,16 +44,19 @@ const hashSuffixLen = 10
 // name, which is what makes the IP survive a stop/start: the new
 // virt-launcher pod references the claim the old one used.
 //
-// When the lowercased name is not a valid RFC 1123 subdomain (a network
-// name with "_" or other characters KubeVirt allows) or is longer than 253
-// characters, the invalid characters become "-", the name is cut so that
+// When lowercasing changed the name (networks "Blue" and "blue" of one VM
+// must not share a claim, and so an IP), when the lowercased name is not a
+// valid RFC 1123 subdomain (a network name with "_" or other characters
+// KubeVirt allows) or when it is longer than 253 characters, the invalid characters become "-", the name is cut so that
 // "-" and the first 10 hex characters of sha256("<vm>.<network>") fit, and
 // that suffix is appended: still deterministic, and two different inputs do
 // not collide on a shared prefix.
 func ClaimName(vm, network string) string {
 	full := vm + "." + network
 	lower := strings.ToLower(full)
-	if len(validation.IsDNS1123Subdomain(lower)) == 0 {
+	// Names that are already valid keep the plain form, so the claims of
+	// existing VMs keep their names (and their IPs).
+	if lower == full && len(validation.IsDNS1123Subdomain(lower)) == 0 {
 		return lower
 	}
 	sum := sha256.Sum256([]byte(full))

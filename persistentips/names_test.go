@@ -15,7 +15,7 @@ func TestClaimName(t *testing.T) {
 		prefix      string
 	}{
 		"plain":                 {vm: "web", network: "tenant", want: "web.tenant"},
-		"uppercase is lowered":  {vm: "web", network: "Tenant", want: "web.tenant"},
+		"uppercase is hashed":   {vm: "web", network: "Tenant", prefix: "web.tenant-"},
 		"underscore is hashed":  {vm: "web", network: "my_net", prefix: "web.my-net-"},
 		"too long is shortened": {vm: strings.Repeat("v", 63), network: strings.Repeat("n", 200), prefix: long[:MaxClaimNameLength-hashSuffixLen-1]},
 		"only invalid chars":    {vm: "web", network: "___", prefix: "web-"},
@@ -37,6 +37,19 @@ func TestClaimName(t *testing.T) {
 				t.Fatalf("not deterministic: %q then %q", got, again)
 			}
 		})
+	}
+}
+
+// Networks that differ only in case are two networks to KubeVirt, so two
+// claims and two IPs; already-lowercase names keep their plain form, so
+// existing claims keep their names. (Both gave "web.blue" before.)
+func TestClaimNameCaseDoesNotShare(t *testing.T) {
+	upper, lower := ClaimName("web", "Blue"), ClaimName("web", "blue")
+	if upper == lower {
+		t.Fatalf("networks Blue and blue share claim %q", upper)
+	}
+	if lower != "web.blue" {
+		t.Fatalf("ClaimName(web, blue) = %q, want the unchanged web.blue", lower)
 	}
 }
 
