@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/lru"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,7 +37,11 @@ type Facts interface {
 // decoded once, not once per request.
 type Reader struct {
 	client.Reader
-	parsed sync.Map // "ns/name" -> *netattach.Info
+	// parsed memoises parsed NADs by "ns/name". It is bounded (least
+	// recently used go first) and drops a NAD found deleted, so a cluster
+	// that churns NADs does not grow kvnet's memory; a miss costs one parse.
+	parsed     *lru.Cache
+	parsedOnce sync.Once
 	// kubeVirt says how KubeVirt is answered: listed from Reader (a plain
 	// reader), never there (no CRD), or from an informer WatchKubeVirt
 	// started with the manager.
@@ -69,26 +74,36 @@ func (r *Reader) WatchKubeVirt(ctx context.Context, c cache.Informers) error {
 	return nil
 }
 
+// NADMemoSize bounds the parsed-NAD memo: far more NADs than one cluster's
+// VMs use, small next to the informer's own copy of them.
+const NADMemoSize = 4096
+
 // NewReader wraps r, which should be informer-backed.
 func NewReader(r client.Reader) *Reader { return &Reader{Reader: r} }
+
+func (r *Reader) memo() *lru.Cache {
+	r.parsedOnce.Do(func() { r.parsed = lru.New(NADMemoSize) })
+	return r.parsed
+}
 
 // NAD implements Facts.
 func (r *Reader) NAD(ctx context.Context, namespace, name string) (*netattach.Info, error) {
 	var nad nadv1.NetworkAttachmentDefinition
+	key := namespace + "/" + name
 	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &nad); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.memo().Remove(key)
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", namespace, name, err)
 	}
-	key := namespace + "/" + name
-	if v, ok := r.parsed.Load(key); ok {
+	if v, ok := r.memo().Get(key); ok {
 		if info := v.(*netattach.Info); info.ResourceVersion == nad.ResourceVersion {
 			return info, nil
 		}
 	}
 	info := netattach.Parse(&nad)
-	r.parsed.Store(key, info)
+	r.memo().Add(key, info)
 	return info, nil
 }
 

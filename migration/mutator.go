@@ -152,7 +152,7 @@ func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		for _, n := range nets {
 			a, ok, err := m.Alloc.Peek(ctx, Request{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
 			if err != nil {
-				return err
+				return fmt.Errorf("dry run: looking for a free address of %s: %w", n.Pool.Field, err)
 			}
 			if !ok {
 				return forbidden(exhausted(n.Pool, nil).Message)

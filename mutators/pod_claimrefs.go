@@ -115,7 +115,7 @@ func (m ClaimRefs) reference(ctx context.Context, req *chain.PodRequest, owner p
 	}
 	info, err := req.Facts.NAD(ctx, ns, name)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("reading the NAD of network %s: %w", net.Name, err)
 	}
 	if ok, why := persistentips.Claimable(info); !ok {
 		if why != "" {

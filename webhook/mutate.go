@@ -79,7 +79,7 @@ func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp adm
 	}
 	ops, err := patch.ComputeRegions(req.Object.Raw, snaps)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("computing the JSON patch of %s: %w", h.Kind, err))
 	}
 	log.Info("mutated", "changes", cr.Changes)
 	resp = admission.Patched("", ops...)
