@@ -232,6 +232,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 			if active {
 				log.V(1).Info("standalone VMI is gone but its launcher pod is still active; keeping the claim", "claim", c.Name)
+				claimsHeld.Inc()
 				later(waitForLauncher) // pod events requeue sooner; this is a safety net
 				continue
 			}

@@ -26,6 +26,10 @@ var (
 		Name: "kvnet_persistentips_claims_leaked",
 		Help: "IPAMClaims kvnet holds for a live VM that no network of the VM uses any more (network removed, or its NAD no longer allows persistent IPs): their IPs stay reserved until the VM is deleted.",
 	})
+	claimsHeld = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvnet_persistentips_claims_held_for_launcher_total",
+		Help: "Times kvnet kept the claim of a standalone VMI that is gone because its launcher pod is still active (the IP is released when the pod goes).",
+	})
 	claimConflicts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvnet_persistentips_claim_conflicts_total",
 		Help: "Times kvnet found the IPAMClaim it wanted already controlled by another object and did not adopt it.",
@@ -37,7 +41,7 @@ func init() {
 	// increase a rate() sees.
 	claimsReleased.WithLabelValues(ReasonVMDeleted)
 	claimsReleased.WithLabelValues(ReasonVMIGone)
-	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimsLeaked, claimConflicts)
+	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts)
 }
 
 // leakTracker sums, over all owners, the claims that are held but unused,

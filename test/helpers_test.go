@@ -62,16 +62,9 @@ func createNAD(t *testing.T, namespace, name, resourceName, config string) *nadv
 // waitCached waits until kvnet's informer cache holds the object.
 func waitCached(t *testing.T, obj client.Object, key client.ObjectKey) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := env.Manager.GetCache().Get(context.Background(), key, obj); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%T %s never reached kvnet's cache", obj, key)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, fmt.Sprintf("%T %s in kvnet's cache", obj, key), 10*time.Second, func() error {
+		return env.Manager.GetCache().Get(context.Background(), key, obj)
+	})
 }
 
 // fromYAML decodes a YAML literal into obj, failing the test on error.
@@ -171,17 +164,16 @@ func setKubeVirt(t *testing.T, spec kubevirtv1.KubeVirtSpec) {
 	if err != nil {
 		t.Fatalf("writing the KubeVirt CR: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually(t, "KubeVirt CR version "+kv.ResourceVersion+" in kvnet's cache", 10*time.Second, func() error {
 		var cached kubevirtv1.KubeVirt
-		if err := env.Manager.GetCache().Get(ctx, client.ObjectKeyFromObject(kv), &cached); err == nil && cached.ResourceVersion == kv.ResourceVersion {
-			return
+		if err := env.Manager.GetCache().Get(ctx, client.ObjectKeyFromObject(kv), &cached); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("KubeVirt CR version %s never reached kvnet's cache", kv.ResourceVersion)
+		if cached.ResourceVersion != kv.ResourceVersion {
+			return fmt.Errorf("cache has version %s", cached.ResourceVersion)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // vdpaKubeVirt is a KubeVirt spec declaring the vdpa binding plugin.
@@ -223,18 +215,14 @@ func getVM(t *testing.T, ns, name string) *kubevirtv1.VirtualMachine {
 // waitGone waits until kvnet's cache no longer has the object.
 func waitGone(t *testing.T, obj client.Object) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	probe := obj.DeepCopyObject().(client.Object)
-	for {
+	eventually(t, fmt.Sprintf("%s gone from kvnet's cache", client.ObjectKeyFromObject(obj)), 10*time.Second, func() error {
 		err := env.Manager.GetCache().Get(context.Background(), client.ObjectKeyFromObject(obj), probe)
 		if apierrors.IsNotFound(err) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still in kvnet's cache", client.ObjectKeyFromObject(obj))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("still there (%v)", err)
+	})
 }
 
 // eventually polls f until it returns nil, failing the test with f's last

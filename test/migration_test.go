@@ -65,17 +65,7 @@ func migSetConfig(t *testing.T, yaml string) {
 // after a generous deadline; it never asserts on time.
 func migEventually(t *testing.T, what string, deadline time.Duration, f func() error) {
 	t.Helper()
-	end := time.Now().Add(deadline)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: still not true after %s: %v", what, deadline, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	eventually(t, what, deadline, f)
 }
 
 func migNode(t *testing.T, name string) *corev1.Node {

@@ -39,17 +39,7 @@ const piPollTimeout = 30 * time.Second
 // error after a generous deadline.
 func piEventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(piPollTimeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after %s: %v", what, piPollTimeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, what, piPollTimeout, f)
 }
 
 func piPersistentNAD(t *testing.T, ns, name, network string) {
@@ -440,14 +430,23 @@ func TestPersistentIPsStandaloneVMI(t *testing.T) {
 	if refs := piClaimRefs(t, piStoredPod(t, pod)); refs["tenant"] != "solo.tenant" {
 		t.Fatalf("claim references = %v", refs)
 	}
+	held := migCounter(t, "kvnet_persistentips_claims_held_for_launcher_total", nil)
 	piDeleteAndWait(t, vmi)
 	// The pod (Pending: envtest has no kubelet) is still active, so the
-	// claim stays held. Watch it for a while: it must not be released.
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		c, err := piGetClaim(ns, "solo.tenant")
-		if err != nil || !controllerutil.ContainsFinalizer(c, persistentips.Finalizer) {
-			t.Fatalf("claim released while the launcher pod is active: %v %v", err, c.Finalizers)
+	// claim stays held. Wait until the controller has reconciled the VMI's
+	// deletion and decided so, then check the claim: no timing window.
+	piEventually(t, "controller kept the claim for the active launcher pod", func() error {
+		if got := migCounter(t, "kvnet_persistentips_claims_held_for_launcher_total", nil); got <= held {
+			return fmt.Errorf("no reconcile has kept a claim since the VMI was deleted")
 		}
+		return nil
+	})
+	c, err := piGetClaim(ns, "solo.tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !controllerutil.ContainsFinalizer(c, persistentips.Finalizer) {
+		t.Fatalf("claim released while the launcher pod is active: finalizers %v", c.Finalizers)
 	}
 	piDeleteAndWait(t, pod)
 	piEventually(t, "finalizer released after the launcher pod went", func() error {
