@@ -86,8 +86,8 @@ type ExhaustedError struct {
 
 func (e *ExhaustedError) Error() string { return e.Message }
 
-// Status makes the denial an API status (403, like an exceeded quota), so the
-// webhook answers with the message instead of an internal error.
+// Status is the denial as an API status (403, like an exceeded quota); the
+// mutator refuses the pod with it (chain.RefuseForbidden).
 func (e *ExhaustedError) Status() metav1.Status {
 	return metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: e.Message}
 }

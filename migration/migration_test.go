@@ -193,13 +193,14 @@ func TestMutatorRollsBackOnExhaustion(t *testing.T) {
 		}
 	}
 	_, err := admit(t, m, cfg, syncPod())
-	var ex *ExhaustedError
-	if !errors.As(err, &ex) || !strings.Contains(err.Error(), "migration.crossCluster.addresses 2 listed addresses is exhausted: all 2 addresses are held (0 by pods, 2 reserved") {
+	if !strings.Contains(err.Error(), "migration.crossCluster.addresses 2 listed addresses is exhausted: all 2 addresses are held (0 by pods, 2 reserved") {
 		t.Fatalf("err = %v", err)
 	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Code != 403 {
-		t.Fatalf("the denial must be an API status 403, got %v", err)
+	// A full pool is a refusal (403, like an exceeded quota), not kvnet's
+	// failure: the webhook answers it as the user's, not as a 500.
+	var refusal *chain.Refusal
+	if !errors.As(err, &refusal) || refusal.Status().Code != 403 {
+		t.Fatalf("the denial must be a 403 chain.Refusal, got %T %v", err, err)
 	}
 	var cms corev1.ConfigMapList
 	if err := c.List(context.Background(), &cms, client.MatchingLabels{LabelPool: PoolInCluster}); err != nil {

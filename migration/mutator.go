@@ -181,6 +181,9 @@ func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 				if ref := ownerRef(pod, req.Namespace); ref != nil && m.Recorder != nil {
 					m.Recorder.Event(ref, corev1.EventTypeWarning, "MigrationPoolExhausted", ex.Message)
 				}
+				// Not kvnet's failure: the pool is full, so a 403 as for
+				// an exceeded quota.
+				return forbidden(ex.Message)
 			}
 			return err
 		}
