@@ -6,7 +6,7 @@ ASSETS := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS ?= $(ASSETS)
 GO ?= go
 
-.PHONY: all build demo demo-down demo-offline test unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
+.PHONY: all build demo demo-down demo-offline test race unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
 
 all: build
 
@@ -73,6 +73,17 @@ test: lint control-plane helm kubevirt
 	@# Every benchmark, as a smoke run: each must still run and pass its checks
 	@# (test/ holds the integration suites, which start an API server and have none).
 	$(GO) test -run '^$$' -bench . -benchtime 20x -benchmem $$($(GO) list ./... | grep -v /test)
+	$(MAKE) race
+
+# The race detector over every unit test, and over the integration tests
+# where kvnet's goroutines really race (replicas competing for a lease,
+# certificate rotations and allocations from two replicas at once). Only
+# those: -race multiplies the cost of the whole suite, and these are where
+# it can find something.
+RACE_INTEGRATION ?= ^(TestConfigReloadsOnEveryReplica|TestSelfManagedCertsRacingReplicasAgree|TestMigrationTwoReplicasConcurrent)$$
+race: control-plane
+	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /test)
+	$(GO) test -count=1 -race -timeout 20m -run '$(RACE_INTEGRATION)' ./test/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./webhook/ ./mutators/ ./loadtest/
