@@ -3,8 +3,10 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -124,4 +126,29 @@ func vmDocs(stream string) string {
 		}
 	}
 	return strings.Join(keep, "---\n")
+}
+
+// `kvnet version` names the version, commit and Go version; -o json is the
+// same facts for scripts, and an unknown format is refused by flag name.
+func TestVersion(t *testing.T) {
+	out, _, err := run(t, "", "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kvnet dev", "commit unknown", runtime.Version()} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version output %q lacks %q", out, want)
+		}
+	}
+	out, _, err = run(t, "", "version", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info map[string]string
+	if err := json.Unmarshal([]byte(out), &info); err != nil || info["version"] != "dev" || info["goVersion"] != runtime.Version() {
+		t.Errorf("version -o json = %q (%v)", out, err)
+	}
+	if _, _, err := run(t, "", "version", "-o", "xml"); err == nil || !strings.Contains(err.Error(), "--output") {
+		t.Errorf("version -o xml: err = %v, want one naming --output", err)
+	}
 }

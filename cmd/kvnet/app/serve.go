@@ -27,6 +27,7 @@ import (
 
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/version"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -203,7 +204,8 @@ func webhookCommand() *cobra.Command {
 			if err := mgr.Add(w); err != nil {
 				return err
 			}
-			log.Info("starting kvnet", "webhookPort", o.Port, "config", o.ConfigPath)
+			info := version.Get()
+			log.Info("starting kvnet", "version", info.Version, "commit", info.Commit, "webhookPort", o.Port, "config", o.ConfigPath)
 			return mgr.Start(c.Context())
 		},
 	}
