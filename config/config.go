@@ -108,6 +108,8 @@ type VDPA struct {
 type KubeOVN struct {
 	// LegacyLiveMigration sets <provider>.kubernetes.io/allow_live_migration,
 	// which kube-ovn up to v1.12 needs to keep the IP during live migration.
+	// kube-ovn v1.13 and later detect the migration themselves and ignore
+	// it; kvnet warns on every VM that carries it.
 	LegacyLiveMigration bool `json:"legacyLiveMigration,omitempty"`
 }
 

@@ -2,6 +2,7 @@ package mutators
 
 import (
 	"context"
+	"strings"
 
 	"github.com/kvnet/kvnet/chain"
 )
@@ -24,6 +25,7 @@ func (KubeOVN) Name() string { return "kube-ovn" }
 
 // Mutate implements chain.Mutator.
 func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
+	var legacy []string // networks that carry allow_live_migration
 	for _, net := range req.Spec.Networks {
 		if net.Multus == nil {
 			continue
@@ -46,9 +48,17 @@ func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
 		if req.Config.KubeOVN.LegacyLiveMigration {
 			changed = setAnnotation(req, provider+KubeOVNAllowLiveMigration, "true") || changed
 		}
+		if _, ok := req.TemplateMeta.Annotations[provider+KubeOVNAllowLiveMigration]; ok {
+			legacy = append(legacy, net.Name)
+		}
 		if changed {
 			req.Record(m.Name(), "", net.Name)
 		}
+	}
+	if len(legacy) > 0 {
+		// One warning per VM, not per network: kubectl prints each one.
+		req.Warn("network %s: allow_live_migration (kubeOVN.legacyLiveMigration) is read only by kube-ovn <= v1.12; "+
+			"kube-ovn >= v1.13 ignores it and keeps the IP through live migration by itself", strings.Join(legacy, ", "))
 	}
 	return nil
 }

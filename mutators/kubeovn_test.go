@@ -3,6 +3,7 @@ package mutators_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/kvnet/kvnet/mutators"
@@ -16,6 +17,7 @@ func TestKubeOVN(t *testing.T) {
 		config       string
 		wantAnno     map[string]string
 		wantWarnings int
+		wantWarning  string   // in the warnings, when set
 		wantNetworks []string // recorded
 	}{
 		"default provider <nad>.<ns>.ovn gets the default route": {
@@ -39,7 +41,16 @@ func TestKubeOVN(t *testing.T) {
 				"custom.prov.kubernetes.io/allow_live_migration":      "true",
 				"custom.prov.kubernetes.io/default_route":             "true",
 			},
+			wantWarnings: 1, // kube-ovn >= 1.13 ignores the flag: one warning for both networks
+			wantWarning:  "network a, b: allow_live_migration (kubeOVN.legacyLiveMigration) is read only by kube-ovn <= v1.12",
 			wantNetworks: []string{"a", "b"},
+		},
+		"allow_live_migration the user set is kept and warned about": {
+			networks:     "[{name: a, multus: {networkName: ovn}}, {name: c, multus: {networkName: br}}]",
+			templateAnno: "{ovn.tenant-a.ovn.kubernetes.io/allow_live_migration: 'true'}",
+			wantAnno:     map[string]string{"ovn.tenant-a.ovn.kubernetes.io/allow_live_migration": "true"},
+			wantWarnings: 1,
+			wantWarning:  "network a: allow_live_migration",
 		},
 		"no default route asked: nothing": {
 			networks: "[{name: a, multus: {networkName: ovn}}]",
@@ -102,6 +113,9 @@ spec:
 			}
 			if len(req.Warnings) != c.wantWarnings {
 				t.Errorf("warnings = %q, want %d", req.Warnings, c.wantWarnings)
+			}
+			if c.wantWarning != "" && !strings.Contains(strings.Join(req.Warnings, "\n"), c.wantWarning) {
+				t.Errorf("warnings = %q, want one saying %q", req.Warnings, c.wantWarning)
 			}
 			var recorded []string
 			for _, ch := range req.Changes {

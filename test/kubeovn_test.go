@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,12 +17,15 @@ const kubeOVNConfig = `{"cniVersion":"0.3.0","type":"kube-ovn","server_socket":"
 
 // kube-ovn attachments get their annotations on the VM template, keyed by
 // the provider: the NAD's provider field when set, <nad>.<ns>.ovn otherwise.
-// Only the attachment asked for gets the default route.
+// Only the attachment asked for gets the default route. The suite's config
+// turns legacyLiveMigration on (kube-ovn <= 1.12), so the API server relays
+// kvnet's warning that kube-ovn >= 1.13 ignores it.
 func TestKubeOVNAnnotationsOnTemplate(t *testing.T) {
 	ns := newNamespace(t, nil)
 	createNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
 	createNAD(t, ns, "ovn-b", "", fmt.Sprintf(kubeOVNConfig, `,"provider":"custom.provider.ovn"`))
-	_, err := createVM(t, env.Client, ns, `
+	c, warnings := warningClient(t)
+	_, err := createVM(t, c, ns, `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine
 metadata:
@@ -52,6 +56,9 @@ spec:
 	}
 	if v, ok := ann["ovn-a."+ns+".ovn.kubernetes.io/default_route"]; ok {
 		t.Errorf("ovn-a got default_route=%q; only b asked for it", v)
+	}
+	if w := strings.Join(warnings.all(), "\n"); !strings.Contains(w, "network a, b: allow_live_migration") || !strings.Contains(w, "kube-ovn >= v1.13 ignores it") {
+		t.Errorf("admission warnings %q lack the kube-ovn >= 1.13 warning", w)
 	}
 }
 
