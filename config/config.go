@@ -5,6 +5,7 @@
 package config
 
 import (
+	"github.com/kvnet/kvnet/addresses"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -89,6 +90,11 @@ type Network struct {
 	// restarts and migrations: a NAD that does not allow persistent IPs is
 	// then an error instead of a silently changing address.
 	PersistentIPs bool `json:"persistentIPs,omitempty"`
+	// Request asks for fixed IPs, a MAC, CNI args (and kube-ovn's logical
+	// switch) on this attachment: the JSON keys ips, mac, cniArgs and
+	// logicalSwitch. Only the kvnet.io/networks annotation may set the
+	// addresses; a rule matches many VMs, which cannot share them.
+	addresses.Request `json:",inline"`
 }
 
 // SRIOV lists resource-name prefixes of SR-IOV device plugins.

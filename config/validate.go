@@ -50,6 +50,9 @@ func validateRules(rules []NetworkRule, p *field.Path) field.ErrorList {
 		for j, n := range r.Networks {
 			np := rp.Child("networks").Index(j)
 			errs = append(errs, ValidateNetwork(n, np)...)
+			if len(n.IPs) > 0 || n.MAC != "" || n.LogicalSwitch != "" {
+				errs = append(errs, field.Forbidden(np, "a rule adds the network to many VMs, which cannot share fixed ips, mac or logicalSwitch; ask for them in the VM's kvnet.io/networks annotation"))
+			}
 			if netNames[n.Name] {
 				errs = append(errs, field.Duplicate(np.Child("name"), n.Name))
 			}
@@ -82,6 +85,12 @@ func ValidateNetwork(n Network, p *field.Path) field.ErrorList {
 	}
 	if n.Binding != "" {
 		errs = append(errs, validateBindingName(n.Binding, p.Child("binding"))...)
+	}
+	errs = append(errs, n.Request.Validate(p)...)
+	if n.PersistentIPs && len(n.IPs) > 0 {
+		// Both ask for a persistent address, by two means Multus cannot
+		// combine (it refuses "ips" with "ipam-claim-reference"): say which.
+		errs = append(errs, field.Invalid(p.Child("ips"), n.IPs, "fixed ips already keep the address; drop persistentIPs (an IPAMClaim) or the ips"))
 	}
 	return errs
 }

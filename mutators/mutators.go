@@ -12,7 +12,7 @@ import (
 // Default is the mutator chain, in order: networks are injected before the
 // steps that specialise interfaces by the NAD they attach.
 func Default() []chain.Mutator {
-	return []chain.Mutator{NetworkInjector{}, VDPA{}, KubeOVN{}}
+	return []chain.Mutator{NetworkInjector{}, Addresses{}, VDPA{}, KubeOVN{}}
 }
 
 // hasBinding reports whether the user (or an earlier step) chose a binding.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -15,8 +16,8 @@ import (
 // ParseRequested reads the kvnet.io/networks annotation. It takes the Multus
 // short form users already know ("ns/nad@name, nad2": the part after @ names
 // the VMI network, the NAD name is used when it is absent) or a JSON list of
-// {"name", "nad", "binding", "defaultRoute", "persistentIPs"} for the cases
-// the short form cannot say. Errors carry the annotation's field path.
+// {"name", "nad", "binding", "defaultRoute", "persistentIPs", "ips", "mac",
+// "cniArgs", "logicalSwitch"} for the cases the short form cannot say. Errors carry the annotation's field path.
 func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 	s := strings.TrimSpace(value)
 	if s == "" {
@@ -27,7 +28,7 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 		dec := json.NewDecoder(strings.NewReader(s))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&nets); err != nil {
-			return nil, field.ErrorList{field.Invalid(p, value, "not a JSON list of {name, nad, binding, defaultRoute, persistentIPs}: "+err.Error())}
+			return nil, field.ErrorList{field.Invalid(p, value, "not a JSON list of {name, nad, binding, defaultRoute, persistentIPs, ips, mac, cniArgs, logicalSwitch}: "+err.Error())}
 		}
 		if _, err := dec.Token(); err != io.EOF {
 			return nil, field.ErrorList{field.Invalid(p, value, "unexpected data after the JSON list")}
@@ -50,6 +51,7 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 	}
 	var errs field.ErrorList
 	seen := map[string]bool{}
+	ips, macs := map[netip.Addr]string{}, map[string]string{}
 	defaultRoute := ""
 	for i := range nets {
 		n := &nets[i]
@@ -58,6 +60,18 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 		}
 		for _, e := range config.ValidateNetwork(*n, field.NewPath("["+fmt.Sprint(i)+"]")) {
 			errs = append(errs, field.Invalid(p, value, e.Error()))
+		}
+		for _, ip := range n.Prefixes() {
+			if other, dup := ips[ip.Addr()]; dup {
+				errs = append(errs, field.Invalid(p, value, fmt.Sprintf("networks %q and %q both ask for IP %s", other, n.Name, ip.Addr())))
+			}
+			ips[ip.Addr()] = n.Name
+		}
+		if mac := strings.ToLower(n.MAC); mac != "" {
+			if other, dup := macs[mac]; dup {
+				errs = append(errs, field.Invalid(p, value, fmt.Sprintf("networks %q and %q both ask for MAC %s", other, n.Name, n.MAC)))
+			}
+			macs[mac] = n.Name
 		}
 		if seen[n.Name] {
 			errs = append(errs, field.Invalid(p, value, fmt.Sprintf("network %q is requested twice", n.Name)))

@@ -7,6 +7,7 @@ package netattach
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -44,6 +45,10 @@ type Info struct {
 	IPAMType string
 	// Role is "primary" for primary user-defined networks.
 	Role string
+	// Subnets are the subnets the config says it assigns from: OVN-K's
+	// "subnets", or the IPAM's "subnet", "range" or "ranges". Empty when
+	// the config does not say (kube-ovn keeps them in its Subnet objects).
+	Subnets []netip.Prefix
 	// ConfigError is set when spec.config does not parse; the other config
 	// fields are then empty.
 	ConfigError error
@@ -94,12 +99,45 @@ type cniConfig struct {
 	Provider           string      `json:"provider"`
 	AllowPersistentIPs bool        `json:"allowPersistentIPs"`
 	Role               string      `json:"role"`
+	Subnets            string      `json:"subnets"`
 	IPAM               *ipamConfig `json:"ipam"`
 	Plugins            []cniConfig `json:"plugins"`
 }
 
 type ipamConfig struct {
-	Type string `json:"type"`
+	Type   string `json:"type"`
+	Subnet string `json:"subnet"` // host-local, static
+	Range  string `json:"range"`  // whereabouts
+	Ranges [][]struct {
+		Subnet string `json:"subnet"`
+	} `json:"ranges"` // host-local
+}
+
+// subnets collects what a config says it assigns from. OVN-K layer3
+// entries carry a host-subnet length ("10.128.0.0/14/23"); the cluster
+// subnet is what an IP must be in. Entries that do not parse are skipped:
+// the subnet check is a help, and the CNI is the authority.
+func (c *cniConfig) subnets() []netip.Prefix {
+	raw := strings.Split(c.Subnets, ",")
+	if c.IPAM != nil {
+		raw = append(raw, c.IPAM.Subnet, c.IPAM.Range)
+		for _, set := range c.IPAM.Ranges {
+			for _, r := range set {
+				raw = append(raw, r.Subnet)
+			}
+		}
+	}
+	var out []netip.Prefix
+	for _, s := range raw {
+		s = strings.TrimSpace(s)
+		if parts := strings.Split(s, "/"); len(parts) == 3 {
+			s = parts[0] + "/" + parts[1]
+		}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
 }
 
 // Parse extracts Info from a NAD. It never fails: an unparsable config is
@@ -125,6 +163,7 @@ func Parse(nad *nadv1.NetworkAttachmentDefinition) *Info {
 	info.Provider = c.Provider
 	info.AllowPersistentIPs = c.AllowPersistentIPs
 	info.Role = c.Role
+	info.Subnets = c.subnets()
 	if c.IPAM != nil {
 		info.IPAMType = c.IPAM.Type
 	}
@@ -140,6 +179,9 @@ func Parse(nad *nadv1.NetworkAttachmentDefinition) *Info {
 		}
 		if p.IPAM != nil && info.IPAMType == "" {
 			info.IPAMType = p.IPAM.Type
+		}
+		if len(info.Subnets) == 0 {
+			info.Subnets = p.subnets()
 		}
 	}
 	return info

@@ -1,6 +1,8 @@
 package netattach
 
 import (
+	"net/netip"
+	"reflect"
 	"testing"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -32,6 +34,12 @@ func TestParse(t *testing.T) {
 			want: Info{CNIType: "ovn-k8s-cni-overlay", NetworkName: "l2", AllowPersistentIPs: true, Role: "primary"}},
 		"conflist takes the first plugin": {nad: nad("intel.com/x", `{"name":"list","plugins":[{"type":"sriov","ipam":{"type":"host-local"},"provider":"pp","allowPersistentIPs":true},{"type":"tuning"}]}`),
 			want: Info{ResourceName: "intel.com/x", CNIType: "sriov", NetworkName: "list", IPAMType: "host-local", Provider: "pp", AllowPersistentIPs: true}},
+		"OVN-K subnets, layer3 host-subnet length dropped": {nad: nad("", `{"name":"l3","type":"ovn-k8s-cni-overlay","subnets":"10.128.0.0/14/23, fd00:10::/64"}`),
+			want: Info{CNIType: "ovn-k8s-cni-overlay", NetworkName: "l3", Subnets: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/14"), netip.MustParsePrefix("fd00:10::/64")}}},
+		"IPAM subnet, range and ranges": {nad: nad("", `{"type":"bridge","ipam":{"type":"host-local","subnet":"10.1.0.0/24","range":"10.2.0.0/24","ranges":[[{"subnet":"fd00:1::/64"}]]}}`),
+			want: Info{CNIType: "bridge", IPAMType: "host-local", Subnets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24"), netip.MustParsePrefix("10.2.0.0/24"), netip.MustParsePrefix("fd00:1::/64")}}},
+		"unparsable subnets are skipped": {nad: nad("", `{"type":"bridge","subnets":"nope","ipam":{"subnet":"10.0.0.1/24"}}`),
+			want: Info{CNIType: "bridge", Subnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}},
 		"no config":            {nad: nad("jaguarmicro.com/jaguar", "  "), want: Info{ResourceName: "jaguarmicro.com/jaguar"}},
 		"broken config":        {nad: nad("", `{"type":`), bad: true},
 		"config not an object": {nad: nad("", `["bridge"]`), bad: true},
@@ -49,7 +57,7 @@ func TestParse(t *testing.T) {
 				return
 			}
 			got.Namespace, got.Name, got.ResourceVersion = "", "", ""
-			if *got != c.want {
+			if !reflect.DeepEqual(*got, c.want) {
 				t.Errorf("got %+v\nwant %+v", *got, c.want)
 			}
 		})

@@ -1,0 +1,54 @@
+package addresses
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+func TestValidate(t *testing.T) {
+	for name, c := range map[string]struct {
+		r    Request
+		want string // "" = valid; else a substring of the only error
+	}{
+		"dual stack":           {r: Request{IPs: []string{"10.0.0.5/24", "fd00::5/64"}, MAC: "02:00:00:00:00:01", CNIArgs: []byte(`{"a":1}`)}},
+		"host route /32":       {r: Request{IPs: []string{"10.0.0.0/32"}}},
+		"no prefix":            {r: Request{IPs: []string{"10.0.0.5"}}, want: "x.ips[0]: Invalid value: \"10.0.0.5\": want an IP in CIDR"},
+		"network address":      {r: Request{IPs: []string{"10.0.0.0/24"}}, want: "network address"},
+		"two IPv4":             {r: Request{IPs: []string{"10.0.0.5/24", "10.0.0.6/24"}}, want: "x.ips[1]"},
+		"EUI-64 MAC":           {r: Request{MAC: "02:00:00:00:00:00:00:01"}, want: "48-bit"},
+		"multicast MAC":        {r: Request{MAC: "01:00:5e:00:00:01"}, want: "multicast"},
+		"cniArgs not object":   {r: Request{CNIArgs: []byte(`[1]`)}, want: "x.cniArgs"},
+		"cniArgs null":         {r: Request{CNIArgs: []byte(`null`)}, want: "x.cniArgs"},
+		"kube-ovn switch only": {r: Request{LogicalSwitch: "s"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			errs := c.r.Validate(field.NewPath("x"))
+			switch {
+			case c.want == "" && len(errs) != 0:
+				t.Errorf("errors %v, want none", errs)
+			case c.want != "" && (len(errs) != 1 || !strings.Contains(errs[0].Error(), c.want)):
+				t.Errorf("errors %v, want one with %q", errs, c.want)
+			}
+		})
+	}
+}
+
+func TestParseFormat(t *testing.T) {
+	m, err := Parse(`{"b":{"mac":"02:00:00:00:00:01"},"a":{"ips":["10.0.0.5/24"],"cniArgs":{"z":1,"y":2}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Format(m); got != `{"a":{"ips":["10.0.0.5/24"],"cniArgs":{"z":1,"y":2}},"b":{"mac":"02:00:00:00:00:01"}}` {
+		t.Errorf("Format = %s: want keys sorted, cniArgs as written", got)
+	}
+	for _, bad := range []string{`{"a":{"ip":["10.0.0.5/24"]}}`, `[]`, `{"a":{}} x`, `{`} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%s) succeeded", bad)
+		}
+	}
+	if Addr("10.0.0.5/24") != "10.0.0.5" || Addr("fd00::5/64") != "fd00::5" {
+		t.Error("Addr does not strip the prefix")
+	}
+}

@@ -1,0 +1,178 @@
+package validators
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kvnet/kvnet/addresses"
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/mutators"
+)
+
+// Addresses checks per-network address requests, from the kvnet.io/networks
+// annotation and from the template's kvnet.io/addresses (what reaches the
+// launcher pod): the network is a Multus network of the VM; each IP is
+// inside the NAD's subnet when the NAD config names one; no IP or MAC is
+// asked for twice; kube-ovn attachments take ips and mac only through
+// kvnet.io/networks (kvnet writes kube-ovn's own annotations), and
+// logicalSwitch only there.
+//
+// Fixed ips and an IPAMClaim on one network: asked for together in
+// kvnet.io/networks ("persistentIPs": true), the request is refused (config
+// validation). On a NAD that allows persistent IPs, where the claim is
+// implicit, the fixed ips win with a warning: the address is already fixed
+// by the VM's own spec, so it survives restarts and migrations without the
+// claim, and Multus refuses an element carrying both.
+type Addresses struct{}
+
+// Name implements chain.Validator.
+func (Addresses) Name() string { return "addresses" }
+
+type addressAsk struct {
+	network string
+	r       addresses.Request
+	path    *field.Path
+	fromTbl bool // from the template's kvnet.io/addresses
+}
+
+// Validate implements chain.Validator.
+func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
+	_, hasNets := req.Meta.Annotations[chain.NetworksAnnotation]
+	tblValue, hasTbl := req.TemplateMeta.Annotations[addresses.Annotation]
+	if !hasNets && !hasTbl {
+		return nil, nil
+	}
+	if req.Kind == chain.KindVMI {
+		if ref := metav1.GetControllerOf(req.Meta); ref != nil && ref.Kind == chain.KindVM {
+			return nil, nil // the VM was validated; its VMI must be able to start
+		}
+	}
+	var asks []addressAsk
+	var errs field.ErrorList
+	if hasNets {
+		wanted, err := mutators.Requested(ctx, req)
+		if err != nil {
+			return nil, err // a malformed annotation: already a 422 with its field
+		}
+		for _, w := range wanted {
+			if w.Rule == chain.NetworksAnnotation && !w.Network.Request.Empty() {
+				asks = append(asks, addressAsk{network: w.Network.Name, r: w.Network.Request, path: mutators.AnnotationPath})
+			}
+		}
+	}
+	if hasTbl {
+		tp := req.TemplateMetaPath.Child("annotations").Key(addresses.Annotation)
+		tbl, err := addresses.Parse(tblValue)
+		if err != nil {
+			return append(errs, field.Invalid(tp, tblValue, err.Error())), nil
+		}
+		for _, name := range slices.Sorted(maps.Keys(tbl)) {
+			p := tp.Key(name)
+			errs = append(errs, tbl[name].Validate(p)...)
+			asks = append(asks, addressAsk{network: name, r: tbl[name], path: p, fromTbl: true})
+		}
+	}
+
+	ips := map[netip.Addr]string{}
+	macs := map[string]string{}
+	for _, iface := range req.Spec.Domain.Devices.Interfaces {
+		if iface.MacAddress != "" {
+			macs[strings.ToLower(iface.MacAddress)] = iface.Name
+		}
+	}
+	for _, a := range asks {
+		_, net := req.Network(a.network)
+		if net == nil || net.Multus == nil {
+			errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf("network %s asks for addresses but is not a Multus network of this VM", a.network)))
+			continue
+		}
+		info, err := req.NAD(ctx, net.Multus.NetworkName)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range a.r.Prefixes() {
+			if other, dup := ips[ip.Addr()]; dup && other != a.network {
+				errs = append(errs, field.Duplicate(a.path, fmt.Sprintf("IP %s: networks %s and %s both ask for it", ip.Addr(), other, a.network)))
+			}
+			ips[ip.Addr()] = a.network
+		}
+		if mac := strings.ToLower(a.r.MAC); mac != "" {
+			if other, dup := macs[mac]; dup && other != a.network {
+				errs = append(errs, field.Duplicate(a.path, fmt.Sprintf("MAC %s: networks %s and %s both use it", a.r.MAC, other, a.network)))
+			}
+			macs[mac] = a.network
+		}
+		if info == nil || info.ConfigError != nil {
+			continue // the NADs validator reports it
+		}
+		kubeOVN := info.IsKubeOVN()
+		switch {
+		case kubeOVN && a.fromTbl && (len(a.r.IPs) > 0 || a.r.MAC != "" || a.r.LogicalSwitch != ""):
+			errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf(
+				"network %s is a kube-ovn attachment: kube-ovn reads %s%s and %s%s, not the Multus element; ask in kvnet.io/networks and kvnet writes them",
+				a.network, info.KubeOVNProvider(), mutators.KubeOVNIPAddress, info.KubeOVNProvider(), mutators.KubeOVNMACAddress)))
+		case !kubeOVN && a.r.LogicalSwitch != "":
+			errs = append(errs, field.Invalid(a.path, a.r.LogicalSwitch, fmt.Sprintf("network %s: logicalSwitch is kube-ovn's; NetworkAttachmentDefinition %s is not a kube-ovn attachment", a.network, info.Ref())))
+		case kubeOVN && !a.fromTbl && attachCount(req, info.Namespace, info.Name) > 1:
+			// kube-ovn keys a NAD attached twice by provider and interface;
+			// kvnet writes only the plain provider keys, which would then
+			// pin both attachments to one address.
+			errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf("network %s: kvnet sets kube-ovn addresses only for a NetworkAttachmentDefinition attached once; %s is attached more than once", a.network, info.Ref())))
+		}
+		if len(info.Subnets) > 0 {
+			for _, ip := range a.r.Prefixes() {
+				if !inAny(ip.Addr(), info.Subnets, ip.Addr().Is4()) {
+					errs = append(errs, field.Invalid(a.path, ip.String(), fmt.Sprintf("network %s: IP %s is outside the subnets of NetworkAttachmentDefinition %s (%s)", a.network, ip.Addr(), info.Ref(), prefixList(info.Subnets))))
+				}
+			}
+		}
+		if len(a.r.IPs) > 0 && info.AllowPersistentIPs && req.Config.PersistentIPsEnabled() && !kubeOVN {
+			req.Warn("network %s: the fixed ips take the place of its IPAMClaim (Multus refuses both on one attachment); the VM's spec keeps the address", a.network)
+		}
+	}
+	return errs, nil
+}
+
+func inAny(a netip.Addr, subnets []netip.Prefix, v4 bool) bool {
+	sameFamily := false
+	for _, s := range subnets {
+		if s.Addr().Is4() != v4 {
+			continue
+		}
+		sameFamily = true
+		if s.Contains(a) {
+			return true
+		}
+	}
+	return !sameFamily // the NAD says nothing about this family
+}
+
+func prefixList(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// attachCount counts the VM's networks that attach the NAD ns/name.
+func attachCount(req *chain.Request, ns, name string) int {
+	n := 0
+	for _, net := range req.Spec.Networks {
+		if net.Multus == nil {
+			continue
+		}
+		if ens, ename, err := config.SplitNAD(net.Multus.NetworkName, req.Namespace); err == nil && ens == ns && ename == name {
+			n++
+		}
+	}
+	return n
+}
