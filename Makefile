@@ -31,12 +31,14 @@ IMAGE := $(IMAGE_REPO):$(VERSION)
 PLATFORMS ?= linux/amd64 linux/arm64
 IMAGE_LAYOUT ?= bin/image
 IMAGE_BUILD ?= bin/image-build
+# -trimpath keeps build paths out of the binary, so a commit always gives the same digest.
+IMAGE_GOFLAGS ?= -trimpath
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 image:
 	@set -e; bins=; for p in $(PLATFORMS); do \
 		IFS=/ read -r os arch variant <<<"$$p"; out=$(IMAGE_BUILD)/$$os-$$arch$$variant/kvnet; \
 		echo "building $$out"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$${variant#v} $(GO) build -trimpath \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$${variant#v} $(GO) build $(IMAGE_GOFLAGS) \
 			-ldflags '-s -w $(LDFLAGS)' -o $$out ./cmd/kvnet; \
 		bins="$$bins --binary $$p=$$out"; \
 	done; \

@@ -151,3 +151,49 @@ spec:
 		})
 	}
 }
+
+// On a NAD that allows persistent IPs the claim is implicit: fixed ips win,
+// the API server relays kvnet's warning saying so, and the OVN-K subnet
+// from the NAD's "subnets" bounds the IP.
+func TestAddressRequestsWinOverImplicitClaim(t *testing.T) {
+	ns := newNamespace(t, nil)
+	createNAD(t, ns, "tenant", "", fmt.Sprintf(piPersistentConfig, "tenant-net", ns+"/tenant"))
+	c, warnings := warningClient(t)
+	_, err := createVM(t, c, ns, `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: pinned
+  annotations:
+    kvnet.io/networks: '[{"name":"tenant","nad":"tenant","ips":["10.100.0.7/24"]}]'
+spec:
+  runStrategy: Halted
+  template:
+    spec:
+      domain:
+        devices: {}
+        resources: {requests: {memory: 1Gi}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(warnings.all(), "\n"); !strings.Contains(w, "network tenant: the fixed ips take the place of its IPAMClaim") {
+		t.Errorf("warnings %q lack the fixed-ips-win warning", w)
+	}
+	_, err = createVM(t, env.Client, ns, `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: astray
+  annotations:
+    kvnet.io/networks: '[{"name":"tenant","nad":"tenant","ips":["10.200.0.7/24"]}]'
+spec:
+  runStrategy: Halted
+  template:
+    spec:
+      domain:
+        devices: {}
+        resources: {requests: {memory: 1Gi}}
+`)
+	hasCause(t, err, "metadata.annotations[kvnet.io/networks]", "outside the subnets of NetworkAttachmentDefinition "+ns+"/tenant (10.100.0.0/24)")
+}

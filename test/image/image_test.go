@@ -106,6 +106,8 @@ func TestMakeImage(t *testing.T) {
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "layout")
 	plat := "linux/" + runtime.GOARCH
+	// The release build (static, -trimpath): the first run compiles kvnet's
+	// dependencies once more with CGO_ENABLED=0; the build cache keeps them.
 	command(t, "make", "-s", "image", "IMAGE_LAYOUT="+dir, "IMAGE_BUILD="+filepath.Join(tmp, "build"), "PLATFORMS="+plat)
 
 	lp, err := layout.FromPath(dir)
