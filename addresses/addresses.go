@@ -116,6 +116,25 @@ func Format(m map[string]Request) string {
 	return string(b)
 }
 
+// keys are the JSON keys of Request as they appear in kvnet.io/networks.
+var keys = []string{`"ips"`, `"mac"`, `"cniArgs"`, `"logicalSwitch"`}
+
+// MayRequest reports whether a kvnet.io/networks value can hold an address
+// request: it is the JSON form and names one of Request's keys. It lets the
+// admission hot path skip a second parse of every annotation that asks for
+// networks only; a false positive costs just that parse.
+func MayRequest(networks string) bool {
+	if !strings.HasPrefix(strings.TrimSpace(networks), "[") {
+		return false
+	}
+	for _, k := range keys {
+		if strings.Contains(networks, k) {
+			return true
+		}
+	}
+	return false
+}
+
 // Addr strips the prefix length: what kube-ovn's ip_address takes.
 func Addr(cidr string) string {
 	if p, err := netip.ParsePrefix(cidr); err == nil {

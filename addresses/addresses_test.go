@@ -52,3 +52,17 @@ func TestParseFormat(t *testing.T) {
 		t.Error("Addr does not strip the prefix")
 	}
 }
+
+func TestMayRequest(t *testing.T) {
+	for v, want := range map[string]bool{
+		`[{"name":"a","nad":"n","ips":["10.0.0.5/24"]}]`: true,
+		` [{"name":"a","nad":"n","cniArgs":{}}]`:         true,
+		`[{"name":"a","nad":"n","defaultRoute":true}]`:   false,
+		`ns/nad@ips`: false, // the short form cannot carry addresses
+		``:           false,
+	} {
+		if got := MayRequest(v); got != want {
+			t.Errorf("MayRequest(%s) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -33,12 +33,19 @@ func (Addresses) Name() string { return "addresses" }
 
 // Mutate implements chain.Mutator.
 func (m Addresses) Mutate(ctx context.Context, req *chain.Request) error {
-	if _, ok := req.Meta.Annotations[chain.NetworksAnnotation]; !ok {
-		return nil // the common case: no annotation, nothing to parse
+	v, ok := req.Meta.Annotations[chain.NetworksAnnotation]
+	if !ok || !addresses.MayRequest(v) {
+		return nil // the common case: no address asked for, nothing to parse
 	}
-	wanted, err := Requested(ctx, req)
-	if err != nil {
-		return err
+	// Only the annotation, not config rules: rules cannot carry addresses
+	// (config validation refuses them).
+	nets, errs := ParseRequested(v, AnnotationPath)
+	if len(errs) > 0 {
+		return req.Invalid(errs)
+	}
+	wanted := make([]Wanted, len(nets))
+	for i, n := range nets {
+		wanted[i] = Wanted{Rule: chain.NetworksAnnotation, Network: n}
 	}
 	var table map[string]addresses.Request
 	tableChanged := false

@@ -45,7 +45,8 @@ type addressAsk struct {
 
 // Validate implements chain.Validator.
 func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
-	_, hasNets := req.Meta.Annotations[chain.NetworksAnnotation]
+	netsValue, hasNets := req.Meta.Annotations[chain.NetworksAnnotation]
+	hasNets = hasNets && addresses.MayRequest(netsValue)
 	tblValue, hasTbl := req.TemplateMeta.Annotations[addresses.Annotation]
 	if !hasNets && !hasTbl {
 		return nil, nil
@@ -58,13 +59,14 @@ func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.Erro
 	var asks []addressAsk
 	var errs field.ErrorList
 	if hasNets {
-		wanted, err := mutators.Requested(ctx, req)
-		if err != nil {
-			return nil, err // a malformed annotation: already a 422 with its field
+		// Only the annotation: config rules cannot carry addresses.
+		nets, perrs := mutators.ParseRequested(netsValue, mutators.AnnotationPath)
+		if len(perrs) > 0 {
+			return nil, req.Invalid(perrs) // as the mutator and the other validators answer it
 		}
-		for _, w := range wanted {
-			if w.Rule == chain.NetworksAnnotation && !w.Network.Request.Empty() {
-				asks = append(asks, addressAsk{network: w.Network.Name, r: w.Network.Request, path: mutators.AnnotationPath})
+		for _, n := range nets {
+			if !n.Request.Empty() {
+				asks = append(asks, addressAsk{network: n.Name, r: n.Request, path: mutators.AnnotationPath})
 			}
 		}
 	}
