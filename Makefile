@@ -92,9 +92,17 @@ helm-lint: helm
 	bin/tools/helm lint --strict charts/kvnet
 	bin/tools/helm template kvnet charts/kvnet -n kvnet-system --kube-version $(K8S_VERSION) >/dev/null
 
-lint:
+# staticcheck (honnef.co/go/tools) from the Go module proxy into bin/tools once.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)
+$(STATICCHECK):
+	@mkdir -p bin/tools; tmp=$$(mktemp -d); \
+	(cd $$tmp && GOBIN=$$tmp CGO_ENABLED=0 $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)) && mv $$tmp/staticcheck $@; rm -rf $$tmp
+
+lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test)

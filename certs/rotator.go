@@ -282,7 +282,7 @@ func (r *Rotator) fresh(now time.Time) (*state, error) {
 func (r *Rotator) settleSecret(ctx context.Context) (*state, error) {
 	for attempt := 0; ; attempt++ {
 		if attempt == 5 {
-			return nil, fmt.Errorf("Secret %s kept changing under us", r.opts.Secret)
+			return nil, fmt.Errorf("secret %s kept changing under us", r.opts.Secret)
 		}
 		var s corev1.Secret
 		err := r.client.Get(ctx, r.opts.Secret, &s)

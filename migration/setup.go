@@ -95,7 +95,8 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 	if err := mgr.Add(everyReplica{c}); err != nil {
 		return nil, err
 	}
-	recorder := mgr.GetEventRecorderFor("kvnet-migration") //nolint:staticcheck // the record API fits events about objects we only reference
+	//lint:ignore SA1019 the record API fits events about objects kvnet only references (a pod's DaemonSet or ReplicaSet)
+	recorder := mgr.GetEventRecorderFor("kvnet-migration")
 	capb := &Capability{Namespace: namespace, Cache: c}
 	capb.Allocator = &Allocator{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient()}
 	capb.Mutator = &Mutator{

@@ -5,7 +5,6 @@ import (
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -75,18 +74,4 @@ func vmRequest(t testing.TB, vmYAML string, cfg *config.Config) (*kubevirtv1.Vir
 	req := chain.ForVM(&vm)
 	req.Operation, req.Config, req.Facts = "CREATE", cfg, testFacts()
 	return &vm, req
-}
-
-// errorTypes reduces an ErrorList to what a test compares: type and path.
-type fieldErr struct {
-	Type  field.ErrorType
-	Field string
-}
-
-func errorTypes(errs field.ErrorList) []fieldErr {
-	var out []fieldErr
-	for _, e := range errs {
-		out = append(out, fieldErr{e.Type, e.Field})
-	}
-	return out
 }

@@ -136,10 +136,8 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var certDirs []string
 	for _, port := range ports {
 		dir := t.TempDir()
-		certDirs = append(certDirs, dir)
 		so := app.ServeOptions{
 			Host: "127.0.0.1", Port: port, CertDir: dir, MetricsAddr: "0", ProbeAddr: "0",
 			TLSMinVersion: "1.2", Namespace: ns,

@@ -10,7 +10,6 @@ import (
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -200,15 +199,6 @@ func selection(t *testing.T, pod *corev1.Pod) map[string]*multus.Element {
 		out[e.Name()] = e
 	}
 	return out
-}
-
-// deleteVM removes a VM and waits until it is gone (virt-controller removes
-// its finalizer once the VMI is gone).
-func deleteVM(t *testing.T, vm *kubevirtv1.VirtualMachine) {
-	t.Helper()
-	if err := env.Client.Delete(context.Background(), vm); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
 }
 
 // updateKubeVirt changes the KubeVirt CR's spec (its status is untouched: the
