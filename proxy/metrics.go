@@ -58,6 +58,13 @@ func init() {
 	// the first migration starts from zero.
 	bytesRelayed.WithLabelValues("to-target")
 	bytesRelayed.WithLabelValues("from-target")
+	// Every refusal reason exists from the start too: the first over-cap
+	// or untrusted-peer refusal must move increase() for the alerts.
+	for r := range refusalNames {
+		for _, side := range []string{"source", "target"} {
+			refused.WithLabelValues(side, r.String())
+		}
+	}
 	metrics.Registry.MustRegister(connections, active, bytesRelayed, migrationBytes, dialErrors, refused,
 		acceptErrors, listenerReopens, idleTimeouts, listeners)
 }
