@@ -57,16 +57,6 @@ type Result struct {
 // create for an admitted object of kind in namespace.
 type RelatedFunc func(ctx context.Context, kind, namespace string, mutated []byte) ([][]byte, error)
 
-// relatedFuncs are registered by capabilities from init.
-var relatedFuncs []func(cfg *config.Config, facts lookup.Facts) RelatedFunc
-
-// RegisterRelated adds a capability's RelatedFunc to every Admitter built
-// afterwards, so the CLI shows what a controller would create next to the
-// object that causes it.
-func RegisterRelated(f func(cfg *config.Config, facts lookup.Facts) RelatedFunc) {
-	relatedFuncs = append(relatedFuncs, f)
-}
-
 // ReadFiles reads every YAML or JSON document from paths ("-" is stdin);
 // directories are read one level deep, in name order.
 func ReadFiles(paths []string, stdin io.Reader) ([]Doc, error) {
@@ -192,19 +182,17 @@ func Facts(docs []Doc) (*lookup.Static, error) {
 // Admitter runs documents through kvnet's handlers.
 type Admitter struct {
 	Handlers webhook.Handlers
-	// Related run on every admitted object; see RegisterRelated.
+	// Related run on every admitted object, so the CLI shows what a
+	// controller would create next to the object that causes it.
 	Related []RelatedFunc
 	// Namespace is used for objects that name none; default "default".
 	Namespace string
 }
 
-// NewAdmitter builds the same handlers the webhook serves.
-func NewAdmitter(cfg *config.Config, facts lookup.Facts, o webhook.HandlerOptions) *Admitter {
-	a := &Admitter{Handlers: webhook.NewHandlers(config.Static(cfg), facts, o), Namespace: "default"}
-	for _, f := range relatedFuncs {
-		a.Related = append(a.Related, f(cfg, facts))
-	}
-	return a
+// NewAdmitter builds the same handlers the webhook serves; related are the
+// controllers' previews (see Admitter.Related).
+func NewAdmitter(cfg *config.Config, facts lookup.Facts, o webhook.HandlerOptions, related ...RelatedFunc) *Admitter {
+	return &Admitter{Handlers: webhook.NewHandlers(config.Static(cfg), facts, o), Related: related, Namespace: "default"}
 }
 
 // Admit runs one VM or VMI through mutation and then validation, as the API

@@ -14,9 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvnet/kvnet/certs"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/webhook"
 )
 
 // Certificate modes of `kvnet webhook`.
@@ -42,17 +39,6 @@ type CertFlags struct {
 	CARenewBefore   time.Duration
 	CertRenewBefore time.Duration
 	Interval        time.Duration
-}
-
-// certFlags is bound to the webhook command's flags; NewManager callers that
-// never parse flags (the integration tests) get the zero value: external.
-var certFlags CertFlags
-
-func init() {
-	serveFlags = append(serveFlags, certFlags.register)
-	serveExtensions = append(serveExtensions, func(ctx context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, so *ServeOptions) error {
-		return SetUpCerts(ctx, mgr, certFlags, so)
-	})
 }
 
 func (f *CertFlags) register(c *cobra.Command) {

@@ -19,8 +19,6 @@ import (
 	"github.com/kvnet/kvnet/loadtest"
 )
 
-func init() { extraCommands = append(extraCommands, loadtestCommand) }
-
 type loadtestOptions struct {
 	bodies  []string
 	conns   []int

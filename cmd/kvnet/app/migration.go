@@ -12,20 +12,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
 	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/webhook"
 )
 
-func init() {
-	serveExtensions = append(serveExtensions, migrationExtension)
-	extraCommands = append(extraCommands, migrationIPsCommand)
-}
-
 // migrationExtension adds the migration-address allocator to the
 // migration-pods webhook and its controller to the manager.
-func migrationExtension(ctx context.Context, mgr manager.Manager, cfg *config.Source, _ lookup.Facts, opts *webhook.HandlerOptions, so *ServeOptions) error {
-	c, err := migration.Setup(ctx, mgr, cfg, so.Namespace)
+func migrationExtension(ctx context.Context, mgr manager.Manager, cfg *config.Source, opts *webhook.HandlerOptions, namespace string) error {
+	c, err := migration.Setup(ctx, mgr, cfg, namespace)
 	if err != nil {
 		return fmt.Errorf("setting up migration networks: %w", err)
 	}

@@ -57,7 +57,7 @@ func (f *offlineFlags) run(c *cobra.Command, emit func(offline.Result) error) er
 		d := cfg.Default("")
 		cfg = &d
 	}
-	a := offline.NewAdmitter(cfg, facts, offlineHandlerOptions(cfg, facts))
+	a := offline.NewAdmitter(cfg, facts, offlineHandlerOptions(cfg, facts), persistentIPsPreview(cfg, facts))
 	a.Namespace = f.namespace
 	for _, d := range docs {
 		res, ok, err := a.Admit(c.Context(), d)

@@ -18,14 +18,12 @@ import (
 	"github.com/kvnet/kvnet/webhook"
 )
 
-func init() {
-	serveExtensions = append(serveExtensions, persistentIPs)
-	// kvnet mutate prints the claims next to the VM that causes them.
-	offline.RegisterRelated(func(cfg *config.Config, facts lookup.Facts) offline.RelatedFunc {
-		return func(ctx context.Context, kind, namespace string, mutated []byte) ([][]byte, error) {
-			return persistentips.Offline(ctx, cfg, facts, kind, namespace, mutated)
-		}
-	})
+// persistentIPsPreview lets kvnet mutate print the claims next to the VM
+// that causes them.
+func persistentIPsPreview(cfg *config.Config, facts lookup.Facts) offline.RelatedFunc {
+	return func(ctx context.Context, kind, namespace string, mutated []byte) ([][]byte, error) {
+		return persistentips.Offline(ctx, cfg, facts, kind, namespace, mutated)
+	}
 }
 
 // persistentIPs adds the IPAMClaim controller and the launcher-pod mutator
@@ -38,7 +36,7 @@ func init() {
 // launcher-pod references (turning persistent IPs on then needs the CRD and
 // a restart). Without it and with persistent IPs on, kvnet refuses to start
 // and says which CRD is missing.
-func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, opts *webhook.HandlerOptions, _ *ServeOptions) error {
+func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, opts *webhook.HandlerOptions) error {
 	gvk := ipamv1alpha1.SchemeGroupVersion.WithKind("IPAMClaim")
 	if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); meta.IsNoMatchError(err) {
 		if cfg.Get().PersistentIPsEnabled() {

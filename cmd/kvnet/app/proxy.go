@@ -28,16 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
 	"github.com/kvnet/kvnet/proxy"
 	"github.com/kvnet/kvnet/webhook"
 )
-
-func init() {
-	serveExtensions = append(serveExtensions, migrationProxyExtension)
-	extraCommands = append(extraCommands, proxyCommand)
-}
 
 // migrationProxyExtension serves the migration proxy's status rewrite on
 // every webhook replica. The API server sends it nothing unless the
@@ -45,14 +38,14 @@ func init() {
 // `kvnet proxy` runs, since without published relays the rewrite holds every
 // decentralized migration source back (by design: it never lets the
 // unreachable remote address through).
-func migrationProxyExtension(ctx context.Context, mgr manager.Manager, _ *config.Source, _ lookup.Facts, _ *webhook.HandlerOptions, so *ServeOptions) error {
+func migrationProxyExtension(ctx context.Context, mgr manager.Manager, namespace string) error {
 	// VMIMs come from an informer started with the manager (no API call per
 	// admission); the API is read only when the cache does not know the
 	// migration a VMI names yet.
 	if _, err := mgr.GetCache().GetInformer(ctx, &kubevirtv1.VirtualMachineInstanceMigration{}); err != nil {
 		return fmt.Errorf("starting the VirtualMachineInstanceMigration informer: %w", err)
 	}
-	store := proxy.MappingStore{Namespace: so.Namespace}
+	store := proxy.MappingStore{Namespace: namespace}
 	mappings, err := mappingsCache(mgr, store)
 	if err != nil {
 		return err

@@ -34,13 +34,15 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(webhookCommand(), mutateCommand(), validateCommand())
-	for _, add := range extraCommands {
-		root.AddCommand(add())
-	}
+	// Every subcommand kvnet has.
+	root.AddCommand(
+		webhookCommand(),      // serve.go: the admission webhooks and controllers
+		proxyCommand(),        // proxy.go: the cross-cluster migration proxy
+		mutateCommand(),       // offline.go: kvnet mutate -f
+		validateCommand(),     // offline.go: kvnet validate -f
+		migrationIPsCommand(), // migration.go: the migration address table
+		loadtestCommand(),     // loadtest.go: admission load against a webhook URL
+		versionCommand(),      // version.go
+	)
 	return root.ExecuteContext(ctx)
 }
-
-// extraCommands lets capability files register subcommands from init, so
-// adding one does not touch this file.
-var extraCommands []func() *cobra.Command

@@ -51,6 +51,9 @@ type ServeOptions struct {
 	// SeveralManagers lets tests run more than one manager in one process
 	// (replicas of one install): controller names are then reused.
 	SeveralManagers bool
+	// Certs are the certificate settings; the zero value is external
+	// (cert-manager or a mounted Secret fills --cert-dir).
+	Certs CertFlags
 }
 
 func (o *ServeOptions) register(c *cobra.Command) {
@@ -89,16 +92,6 @@ func tlsVersion(s string) (uint16, error) {
 	}
 	return 0, fmt.Errorf("--tls-min-version: want 1.2 or 1.3, got %q", s)
 }
-
-// Extension adds a capability (controllers, pod mutators) to the server.
-// Capability files append to serveExtensions from init.
-type Extension func(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, opts *webhook.HandlerOptions, so *ServeOptions) error
-
-var serveExtensions []Extension
-
-// serveFlags lets capability files add their own flags to `kvnet webhook`
-// from init, next to their Extension.
-var serveFlags []func(*cobra.Command)
 
 // NewManager builds the manager with kvnet's webhooks and controllers on it.
 // Tests call it with envtest's rest.Config.
@@ -147,11 +140,21 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	if err := facts.WatchKubeVirt(ctx, mgr.GetCache()); err != nil {
 		return nil, err
 	}
+	// What `kvnet webhook` runs besides the VM and VMI webhooks, in order.
+	// Each capability gets only what it uses; the pod mutators it
+	// contributes go into hopts.
 	var hopts webhook.HandlerOptions
-	for _, ext := range serveExtensions {
-		if err := ext(ctx, mgr, cfg, facts, &hopts, &o); err != nil {
-			return nil, err
-		}
+	if err := SetUpCerts(ctx, mgr, o.Certs, &o); err != nil {
+		return nil, err
+	}
+	if err := migrationExtension(ctx, mgr, cfg, &hopts, o.Namespace); err != nil {
+		return nil, err
+	}
+	if err := persistentIPs(ctx, mgr, cfg, facts, &hopts); err != nil {
+		return nil, err
+	}
+	if err := migrationProxyExtension(ctx, mgr, o.Namespace); err != nil {
+		return nil, err
 	}
 	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, facts, hopts))
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -210,9 +213,7 @@ func webhookCommand() *cobra.Command {
 		},
 	}
 	o.register(c)
-	for _, register := range serveFlags {
-		register(c)
-	}
+	o.Certs.register(c)
 	gofs := goFlagSet()
 	zo.BindFlags(gofs)
 	c.Flags().AddGoFlagSet(gofs)

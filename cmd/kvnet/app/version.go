@@ -9,8 +9,6 @@ import (
 	"github.com/kvnet/kvnet/version"
 )
 
-func init() { extraCommands = append(extraCommands, versionCommand) }
-
 // versionCommand prints the build's version, commit and Go version: what a
 // bug report needs and what the image test checks the binary against.
 func versionCommand() *cobra.Command {
