@@ -2,15 +2,21 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/lookup"
 )
 
 // decodeVMish decodes the part of a VM or VMI the chain reads (see vmView)
@@ -140,4 +146,34 @@ func ownedByVM(meta *metav1.ObjectMeta) bool {
 		}
 	}
 	return false
+}
+
+// chainRequest turns a VM or VMI admission into the chain's request, or
+// returns the answer for one kvnet leaves alone: an operation other than
+// CREATE and UPDATE, an object it cannot read (400), one chain.SkipReason
+// names, or a VMI a VM controls. Such a VMI's spec is the VM's template,
+// which kvnet mutated and validated on the VM's own CREATE and UPDATE (or
+// which the VM opted out of with kvnet.io/skip, an annotation KubeVirt does
+// not copy to the VMI): acting on it again would override that choice, and
+// a refusal would only show as virt-controller retrying a VM that looks
+// admitted.
+func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg *config.Source, facts lookup.Facts) (*chain.Request, *admission.Response) {
+	answer := func(r admission.Response) (*chain.Request, *admission.Response) { return nil, &r }
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return answer(admission.Allowed(""))
+	}
+	_, cr, err := decodeVMish(kind, req.Object.Raw)
+	if err != nil {
+		return answer(admission.Errored(http.StatusBadRequest, err))
+	}
+	fillRequest(cr, &req.AdmissionRequest)
+	cr.Config, cr.Facts = cfg.Get(), facts
+	if reason := chain.SkipReason(cr); reason != "" {
+		logf.FromContext(ctx).V(1).Info("skipped", "reason", reason)
+		return answer(admission.Allowed(reason))
+	}
+	if kind == chain.KindVMI && ownedByVM(cr.Meta) {
+		return answer(admission.Allowed("spec comes from a VirtualMachine kvnet already admitted"))
+	}
+	return cr, nil
 }

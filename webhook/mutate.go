@@ -35,21 +35,9 @@ func (h *VMMutator) Handle(ctx context.Context, req admission.Request) admission
 
 func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp admission.Response) {
 	log := logf.FromContext(ctx)
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	_, cr, err := decodeVMish(h.Kind, req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	fillRequest(cr, &req.AdmissionRequest)
-	cr.Config, cr.Facts = h.Config.Get(), h.Facts
-	if reason := chain.SkipReason(cr); reason != "" {
-		log.V(1).Info("skipped", "reason", reason)
-		return admission.Allowed(reason)
-	}
-	if h.Kind == chain.KindVMI && ownedByVM(cr.Meta) {
-		return admission.Allowed("spec comes from a VirtualMachine kvnet already mutated")
+	cr, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts)
+	if early != nil {
+		return *early
 	}
 	regions := cr.Regions()
 	snaps := make([]patch.Region, len(regions))

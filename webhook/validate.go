@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -35,24 +34,9 @@ func (h *VMValidator) Handle(ctx context.Context, req admission.Request) admissi
 
 func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp admission.Response) {
 	log := logf.FromContext(ctx)
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	_, cr, err := decodeVMish(h.Kind, req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	fillRequest(cr, &req.AdmissionRequest)
-	cr.Config, cr.Facts = h.Config.Get(), h.Facts
-	if reason := chain.SkipReason(cr); reason != "" {
-		return admission.Allowed(reason)
-	}
-	if h.Kind == chain.KindVMI && ownedByVM(cr.Meta) {
-		// The VM was validated on its own CREATE and UPDATE, or opted out
-		// with kvnet.io/skip, which KubeVirt does not copy to the VMI: a
-		// refusal here would override that choice, and would only show as
-		// virt-controller retrying a VM that looks admitted.
-		return admission.Allowed("spec comes from a VirtualMachine kvnet already validated")
+	cr, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts)
+	if early != nil {
+		return *early
 	}
 	errs, err := chain.RunValidators(ctx, cr, h.Validators)
 	if err != nil {
