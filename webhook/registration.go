@@ -73,14 +73,7 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 	if fail == "" {
 		fail = admissionregv1.Fail
 	}
-	timeout := r.TimeoutSeconds
-	if timeout == 0 {
-		timeout = 10
-	}
-	excluded := r.ExcludedNamespaces
-	if len(excluded) == 0 {
-		excluded = []string{"kube-system"}
-	}
+	timeout, excluded := r.timeout(), r.excluded()
 	nsSel := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
 	}}}
@@ -167,20 +160,12 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 // MigrationProxyWebhook is the rule of kvnet's migration proxy (package
 // proxy): UPDATEs of VMIs that carry status.migrationState.targetState, so
 // that the source virt-handler of a decentralized migration dials the proxy.
-// It is not part of Configurations yet because the Helm chart does not render
-// it (the chart test compares the two); deployments that run `kvnet proxy`
-// add it next to the others. Its failure policy is always Fail, whatever
+// Configurations includes it when r.MigrationProxy is set, as the chart does
+// with migrationProxy.enabled. Its failure policy is always Fail, whatever
 // r.FailurePolicy says: an outage must hold the migration rather than let the
 // remote node address, unreachable from the source, through.
 func (r Registration) MigrationProxyWebhook() admissionregv1.MutatingWebhook {
-	timeout := r.TimeoutSeconds
-	if timeout == 0 {
-		timeout = 10
-	}
-	excluded := r.ExcludedNamespaces
-	if len(excluded) == 0 {
-		excluded = []string{"kube-system"}
-	}
+	timeout, excluded := r.timeout(), r.excluded()
 	return admissionregv1.MutatingWebhook{
 		Name: "vmi-migration-status.mutate.kvnet.io",
 		ClientConfig: admissionregv1.WebhookClientConfig{
@@ -213,4 +198,20 @@ func (r Registration) MigrationProxyWebhook() admissionregv1.MutatingWebhook {
 		ReinvocationPolicy:      ptr.To(admissionregv1.IfNeededReinvocationPolicy),
 		AdmissionReviewVersions: []string{"v1"},
 	}
+}
+
+// timeout is TimeoutSeconds, default 10.
+func (r Registration) timeout() int32 {
+	if r.TimeoutSeconds == 0 {
+		return 10
+	}
+	return r.TimeoutSeconds
+}
+
+// excluded is ExcludedNamespaces, default kube-system.
+func (r Registration) excluded() []string {
+	if len(r.ExcludedNamespaces) == 0 {
+		return []string{"kube-system"}
+	}
+	return r.ExcludedNamespaces
 }
