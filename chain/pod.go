@@ -3,16 +3,12 @@ package chain
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/metrics"
 )
 
 // PodRequest is one pod under admission: a virt-launcher pod, or a
@@ -44,29 +40,4 @@ func (r *PodRequest) Warn(format string, args ...any) {
 type PodMutator interface {
 	Name() string
 	MutatePod(ctx context.Context, req *PodRequest) error
-}
-
-// RunPodMutators runs ms in order. A panic in one becomes an error naming it.
-func RunPodMutators(ctx context.Context, req *PodRequest, ms []PodMutator) error {
-	for _, m := range ms {
-		if err := runPodMutator(ctx, req, m); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func runPodMutator(ctx context.Context, req *PodRequest, m PodMutator) (err error) {
-	start := time.Now()
-	defer func() {
-		if p := recover(); p != nil {
-			logf.FromContext(ctx).Error(fmt.Errorf("%v", p), "pod mutator panicked", "mutator", m.Name(), "stack", string(debug.Stack()))
-			err = fmt.Errorf("pod mutator %s failed unexpectedly: %v", m.Name(), p)
-		}
-		metrics.ObserveStep(m.Name(), "Pod", start, err, false)
-	}()
-	if err := m.MutatePod(ctx, req); err != nil {
-		return fmt.Errorf("pod mutator %s: %w", m.Name(), err)
-	}
-	return nil
 }
