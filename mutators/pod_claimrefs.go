@@ -16,9 +16,6 @@ import (
 	"github.com/kvnet/kvnet/persistentips"
 )
 
-// DomainAnnotation on a virt-launcher pod names the VMI it runs.
-const DomainAnnotation = "kubevirt.io/domain"
-
 // ClaimRefs adds "ipam-claim-reference" to the virt-launcher pod's Multus
 // selection elements of networks whose NAD allows persistent IPs, naming the
 // IPAMClaim the persistentips controller keeps for the VM. The IPAM plugin
@@ -58,7 +55,7 @@ func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	if !req.Config.PersistentIPsEnabled() || pod.Annotations[chain.SkipAnnotation] == "true" {
 		return nil
 	}
-	vmiName := pod.Annotations[DomainAnnotation]
+	vmiName := pod.Annotations[kubevirtv1.DomainAnnotation]
 	raw := pod.Annotations[multus.NetworksAnnotation]
 	if vmiName == "" || raw == "" {
 		return nil

@@ -79,7 +79,7 @@ func crPod(networks string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Namespace: crNS, Name: "virt-launcher-web-abcde",
 		Labels:      map[string]string{"kubevirt.io": "virt-launcher"},
-		Annotations: map[string]string{DomainAnnotation: "web", multus.NetworksAnnotation: networks},
+		Annotations: map[string]string{kubevirtv1.DomainAnnotation: "web", multus.NetworksAnnotation: networks},
 	}}
 }
 
@@ -186,7 +186,7 @@ func TestClaimRefs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pod := crPod(tc.networks)
 			if tc.domain != "" {
-				pod.Annotations[DomainAnnotation] = tc.domain
+				pod.Annotations[kubevirtv1.DomainAnnotation] = tc.domain
 			}
 			req := crRequest(pod, tc.cfg)
 			m := ClaimRefs{Cache: tc.cache, API: tc.api}

@@ -33,10 +33,7 @@ import (
 // KubeVirt's launcher-pod metadata (which VMI a pod runs), the cache
 // indexes, and the controller's event reasons and delays.
 const (
-	launcherLabel       = "kubevirt.io"
 	launcherValue       = "virt-launcher"
-	createdByLabel      = "kubevirt.io/created-by" // the VMI's UID
-	domainAnnotation    = "kubevirt.io/domain"     // the VMI's name
 	ownerIndex          = "kvnet.io/ipamclaim-controller"
 	nadIndex            = "kvnet.io/nads"
 	kindVM              = "VirtualMachine"
@@ -86,7 +83,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) 
 		Scheme: mgr.GetScheme(),
 		Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{launcherLabel: launcherValue})},
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{kubevirtv1.AppLabel: launcherValue})},
 		},
 		// Only metadata and phase are read: drop the rest before caching.
 		DefaultTransform: func(in any) (any, error) {
@@ -126,7 +123,7 @@ func claimOwner(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 func launcherVMI(_ context.Context, p *corev1.Pod) []reconcile.Request {
-	if name := p.Annotations[domainAnnotation]; name != "" {
+	if name := p.Annotations[kubevirtv1.DomainAnnotation]; name != "" {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: name}}}
 	}
 	return nil
@@ -409,7 +406,7 @@ func (r *Reconciler) release(ctx context.Context, c *ipamv1alpha1.IPAMClaim, rea
 // not finished: its IP is in use until it has.
 func (r *Reconciler) launcherActive(ctx context.Context, namespace string, uid types.UID) (bool, error) {
 	var pods corev1.PodList
-	if err := r.Pods.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{createdByLabel: string(uid)}); err != nil {
+	if err := r.Pods.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{kubevirtv1.CreatedByLabel: string(uid)}); err != nil {
 		return false, fmt.Errorf("listing virt-launcher pods of VMI %s in %s: %w", uid, namespace, err)
 	}
 	for _, p := range pods.Items {

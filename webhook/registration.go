@@ -5,6 +5,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/config"
 )
@@ -53,7 +54,7 @@ var notDeleting = []admissionregv1.MatchCondition{{Name: "not-being-deleted", Ex
 
 // Labels KubeVirt puts on its pods, which the pod webhooks select on.
 const (
-	KubeVirtLabel            = "kubevirt.io"
+	KubeVirtLabel            = kubevirtv1.AppLabel
 	LauncherLabelValue       = "virt-launcher"
 	HandlerLabelValue        = "virt-handler"
 	SyncControllerLabelValue = "virt-synchronization-controller"
