@@ -84,10 +84,11 @@ func TestStatusOps(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			ops, err := statusOps([]byte(tc.raw), tc.address, tc.ports)
+			v, err := decodeStatusView([]byte(tc.raw))
 			if err != nil {
 				t.Fatal(err)
 			}
+			ops := v.Status.MigrationState.ops(tc.address, tc.ports)
 			// Compare as JSON: operation values are any.
 			got, _ := json.Marshal(ops)
 			want, _ := json.Marshal(tc.want)
@@ -99,7 +100,7 @@ func TestStatusOps(t *testing.T) {
 			}
 		})
 	}
-	if _, err := statusOps([]byte(`{"status":`), "", nil); err == nil {
+	if _, err := decodeStatusView([]byte(`{"status":`)); err == nil {
 		t.Error("a truncated object must be an error")
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -68,25 +69,23 @@ func (h *StatusRewriter) Handle(ctx context.Context, req admission.Request) admi
 }
 
 func (h *StatusRewriter) rewrite(ctx context.Context, req admission.Request) admission.Response {
-	log := logf.FromContext(ctx)
 	if req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	var vmi kubevirtv1.VirtualMachineInstance
-	if err := json.Unmarshal(req.Object.Raw, &vmi); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the VirtualMachineInstance: %w", err))
+	view, err := decodeStatusView(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if vmi.Namespace == "" {
-		vmi.Namespace = req.Namespace
-	}
-	if vmi.Status.MigrationState == nil || vmi.Status.MigrationState.TargetState == nil {
+	ms := view.Status.MigrationState
+	if ms == nil || ms.TargetState == nil {
 		return admission.Allowed("no targetState")
 	}
-	vmim, err := SourceMigration(ctx, h.Reader, &vmi)
+	vmi := view.vmi(req.Namespace)
+	vmim, err := SourceMigration(ctx, h.Reader, vmi)
 	if err == nil && vmim == nil && h.APIReader != nil {
 		var known bool
-		if known, err = knowsMigration(ctx, h.Reader, &vmi); err == nil && !known {
-			vmim, err = SourceMigration(ctx, h.APIReader, &vmi)
+		if known, err = knowsMigration(ctx, h.Reader, vmi); err == nil && !known {
+			vmim, err = SourceMigration(ctx, h.APIReader, vmi)
 		}
 	}
 	if err != nil {
@@ -97,20 +96,18 @@ func (h *StatusRewriter) rewrite(ctx context.Context, req admission.Request) adm
 	}
 	var address string
 	var ports map[string]int
-	if remote, ok := RemoteOf(&vmi, vmim); ok {
-		published, err := h.mapping(ctx, &vmi)
+	if remote, ok := RemoteOf(vmi, vmim); ok {
+		published, err := h.mapping(ctx, vmi)
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading the migration proxy's published mappings: %w", err))
 		}
 		address, ports = Rewrite(remote, published)
 	}
-	ops, err := statusOps(req.Object.Raw, address, ports)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
+	ops := ms.ops(address, ports)
 	if len(ops) == 0 {
 		return admission.Allowed("")
 	}
+	log := logf.FromContext(ctx)
 	if address == "" {
 		log.V(1).Info("holding back the remote migration endpoint until the proxy publishes relays", "migrationID", vmim.Spec.SendTo.MigrationID)
 	} else {
@@ -119,45 +116,80 @@ func (h *StatusRewriter) rewrite(ctx context.Context, req admission.Request) adm
 	return admission.Patched("", ops...)
 }
 
-// statusOps returns the JSON patch operations that set the two top-level
-// fields to address and ports (empty: remove). It reads the raw request to
-// know which keys are present, since an empty but present ports map is not
-// the same as none to virt-handler (it waits only for a nil map).
-func statusOps(raw []byte, address string, ports map[string]int) ([]jsonpatch.JsonPatchOperation, error) {
-	var obj struct {
-		Status struct {
-			MigrationState map[string]json.RawMessage `json:"migrationState"`
-		} `json:"status"`
+// statusView is the part of a VMI the rewrite reads: its identity, its
+// annotations (the mapping hint) and status.migrationState's migration uid,
+// target state and the two fields it may rewrite. Decoding only these, once,
+// keeps the VMI's spec, the rest of its status and its managedFields (most
+// of a real VMI's bytes) out of the hot path; the patch touches nothing else.
+type statusView struct {
+	Metadata struct {
+		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Status struct {
+		MigrationState *migrationStateView `json:"migrationState"`
+	} `json:"status"`
+}
+
+// migrationStateView keeps the two rewritten fields raw: a present key
+// (even null or an empty map) is not the same as none to virt-handler, which
+// waits only for a nil ports map, so only their presence and values matter.
+type migrationStateView struct {
+	MigrationUID      types.UID                                              `json:"migrationUid"`
+	TargetState       *kubevirtv1.VirtualMachineInstanceMigrationTargetState `json:"targetState"`
+	TargetNodeAddress json.RawMessage                                        `json:"targetNodeAddress"`
+	TargetPorts       json.RawMessage                                        `json:"targetDirectMigrationNodePorts"`
+}
+
+func decodeStatusView(raw []byte) (*statusView, error) {
+	var v statusView
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, fmt.Errorf("decoding the VirtualMachineInstance's metadata and status.migrationState: %w", err)
 	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, fmt.Errorf("decoding status.migrationState: %w", err)
+	return &v, nil
+}
+
+// vmi is the VirtualMachineInstance SourceMigration, RemoteOf and the
+// mapping lookup read, with only the fields they read set.
+func (v *statusView) vmi(namespace string) *kubevirtv1.VirtualMachineInstance {
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	vmi.Name, vmi.Namespace, vmi.Annotations = v.Metadata.Name, v.Metadata.Namespace, v.Metadata.Annotations
+	if vmi.Namespace == "" {
+		vmi.Namespace = namespace
 	}
-	ms := obj.Status.MigrationState
+	if ms := v.Status.MigrationState; ms != nil {
+		vmi.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{MigrationUID: ms.MigrationUID, TargetState: ms.TargetState}
+	}
+	return vmi
+}
+
+// ops returns the JSON patch operations that set the two top-level fields
+// to address and ports (empty: remove), and none for a field that already
+// holds its value: the rewrite knows exactly what it changes, so the patch
+// is built from that rather than from a diff of the whole object.
+func (ms *migrationStateView) ops(address string, ports map[string]int) []jsonpatch.JsonPatchOperation {
 	const base = "/status/migrationState/"
 	var ops []jsonpatch.JsonPatchOperation
-
-	curAddr, hasAddr := ms["targetNodeAddress"]
 	switch {
-	case address == "" && hasAddr:
+	case address == "" && ms.TargetNodeAddress != nil:
 		ops = append(ops, jsonpatch.NewOperation("remove", base+"targetNodeAddress", nil))
 	case address != "":
 		var cur string
-		if !hasAddr || json.Unmarshal(curAddr, &cur) != nil || cur != address {
+		if ms.TargetNodeAddress == nil || json.Unmarshal(ms.TargetNodeAddress, &cur) != nil || cur != address {
 			ops = append(ops, jsonpatch.NewOperation("add", base+"targetNodeAddress", address))
 		}
 	}
-
-	curPorts, hasPorts := ms["targetDirectMigrationNodePorts"]
 	switch {
-	case ports == nil && hasPorts:
+	case ports == nil && ms.TargetPorts != nil:
 		ops = append(ops, jsonpatch.NewOperation("remove", base+"targetDirectMigrationNodePorts", nil))
 	case ports != nil:
 		var cur map[string]int
-		if !hasPorts || json.Unmarshal(curPorts, &cur) != nil || !maps.Equal(cur, ports) {
+		if ms.TargetPorts == nil || json.Unmarshal(ms.TargetPorts, &cur) != nil || !maps.Equal(cur, ports) {
 			ops = append(ops, jsonpatch.NewOperation("add", base+"targetDirectMigrationNodePorts", ports))
 		}
 	}
-	return ops, nil
+	return ops
 }
 
 // knowsMigration reports whether r holds the VMIM the VMI's migrationState
