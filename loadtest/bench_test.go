@@ -120,3 +120,27 @@ func TestLauncherPodPatchIsOneReplace(t *testing.T) {
 		t.Fatalf("patch %s, want one replace of the networks annotation", resp.Patch)
 	}
 }
+
+// The migration-status answer is the two operations the rewrite made: the
+// top-level target fields pointed at the proxy's relays, nothing else.
+func TestMigrationStatusPatchIsTwoAdds(t *testing.T) {
+	f, bodies := fixture(t)
+	var review []byte
+	for _, b := range bodies {
+		if b.Name == "migration-status" {
+			review = b.Review
+		}
+	}
+	if review == nil {
+		t.Fatal("no migration-status body")
+	}
+	resp := post(t, f.KvnetMux(), "/mutate-vmi-migration-status", review)
+	var ops []struct{ Op, Path string }
+	if err := json.Unmarshal(resp.Patch, &ops); err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 2 || ops[0].Op != "add" || ops[0].Path != "/status/migrationState/targetNodeAddress" ||
+		ops[1].Op != "add" || ops[1].Path != "/status/migrationState/targetDirectMigrationNodePorts" {
+		t.Fatalf("patch %s, want adds of targetNodeAddress and targetDirectMigrationNodePorts", resp.Patch)
+	}
+}

@@ -109,7 +109,23 @@ func (f *Fixture) Bodies() ([]Body, error) {
 			Body{Name: k.name, Path: k.mutate, Review: review, Check: checkNetworks(k.kind)},
 			Body{Name: k.name + "-validate", Path: k.validate, Review: vreview},
 		)
+		if k.kind == "VirtualMachineInstance" {
+			status, err := migrationStatusReview(mutated)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Body{Name: "migration-status", Path: webhook.PathMutateVMIMigrationStatus, Review: status, Check: checkMigrationStatus})
+		}
 	}
+	pod, err := yaml.YAMLToJSON([]byte(VirtHandlerPod))
+	if err != nil {
+		return nil, err
+	}
+	review, err := Review(metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", "kubevirt", "", pod)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, Body{Name: "virt-handler-pod", Path: webhook.PathMutateMigrationPods, Review: review})
 	return out, nil
 }
 

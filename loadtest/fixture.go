@@ -21,6 +21,7 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/offline"
 	"github.com/kvnet/kvnet/webhook"
@@ -126,9 +127,16 @@ func NewFixture() (*Fixture, error) {
 // Handlers are kvnet's handlers on the fixture, as `kvnet webhook` builds
 // them with persistent IPs on.
 func (f *Fixture) Handlers() webhook.Handlers {
-	return webhook.NewHandlers(config.Static(f.Config), f.Facts, webhook.HandlerOptions{
+	hs := webhook.NewHandlers(config.Static(f.Config), f.Facts, webhook.HandlerOptions{
 		LauncherPodMutators: []chain.PodMutator{mutators.ClaimRefs{Cache: f.Cache}},
+		// Config has no migration section, so the mutator returns before
+		// it would reserve an address: it needs no allocator here (see
+		// VirtHandlerPod).
+		MigrationPodMutators: []chain.PodMutator{&migration.Mutator{}},
 	})
+	// `kvnet proxy` serves the migration-status rewrite (see statusRewriter).
+	hs[webhook.PathMutateVMIMigrationStatus] = f.statusRewriter()
+	return hs
 }
 
 // LauncherVMI is the VMI the captured launcher pod runs: VM vm1's, with
