@@ -62,7 +62,7 @@ bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
 		},
 	}
 	fs := c.Flags()
-	fs.StringSliceVar(&o.bodies, "bodies", nil, "bodies to send (default all): launcher-pod, vm, vm-validate, vmi, vmi-validate")
+	fs.StringSliceVar(&o.bodies, "bodies", nil, "bodies to send (default all): launcher-pod, vm, vm-validate, vmi, vmi-validate, migration-status, virt-handler-pod")
 	fs.IntSliceVarP(&o.conns, "connections", "c", []int{1, 8, 64}, "keep-alive connections per run")
 	fs.DurationVarP(&o.dur, "duration", "d", 8*time.Second, "length of each run")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; every round runs every body and connection count on every target")
