@@ -124,3 +124,60 @@ func FuzzAdmissionReview(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMutateIdempotent checks the two properties that make kvnet's output
+// stable under the API server's own re-admission (KubeVirt's controllers
+// update VMs they read back, and reinvocationPolicy: IfNeeded runs the
+// mutator again on its own output), for VMs and VMIs on CREATE:
+//
+//   - idempotence: with y the object after the first run's patch, a second
+//     run on y is allowed and yields no patch;
+//   - kvnet does not refuse its own output: if y validates, the stored y
+//     sent back unchanged as an UPDATE (old = new = y) is mutated to nothing
+//     and validated too.
+//
+// "If x validates, so does y" is not a property: the validators do not read
+// kvnet.io/networks, so a request for a NAD the namespace lacks validates
+// as x and is refused, rightly, once the mutator has added it to y.
+func FuzzMutateIdempotent(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	hs := exampleHandlers(f)
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		for _, kind := range []string{chain.KindVM, chain.KindVMI} {
+			mpath, vpath := webhook.PathMutateVM, webhook.PathValidateVM
+			if kind == chain.KindVMI {
+				mpath, vpath = webhook.PathMutateVMI, webhook.PathValidateVMI
+			}
+			first := hs[mpath].Handle(ctx, review(kind, admissionv1.Create, "tenant-a", raw, nil))
+			if !first.Allowed {
+				continue
+			}
+			y := applyResponse(t, raw, first)
+			second := hs[mpath].Handle(ctx, review(kind, admissionv1.Create, "tenant-a", y, nil))
+			if !second.Allowed || len(second.Patches) > 0 {
+				t.Fatalf("%s: second run on its own output: allowed=%v %s, patch %v\nfirst patch %v\noutput %s",
+					kind, second.Allowed, message(second), second.Patches, first.Patches, y)
+			}
+			if v := hs[vpath].Handle(ctx, review(kind, admissionv1.Create, "tenant-a", y, nil)); !v.Allowed {
+				continue
+			}
+			upd := review(kind, admissionv1.Update, "tenant-a", y, y)
+			if m := hs[mpath].Handle(ctx, upd); !m.Allowed || len(m.Patches) > 0 {
+				t.Fatalf("%s: UPDATE of its own admitted output: allowed=%v %s, patch %v\noutput %s", kind, m.Allowed, message(m), m.Patches, y)
+			}
+			if v := hs[vpath].Handle(ctx, upd); !v.Allowed {
+				t.Fatalf("%s: UPDATE of its own admitted output refused: %s\noutput %s", kind, message(v), y)
+			}
+		}
+	})
+}
+
+func message(r admission.Response) string {
+	if r.Result == nil {
+		return ""
+	}
+	return r.Result.Message
+}
