@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/offline"
 	"github.com/kvnet/kvnet/webhook"
 )
@@ -86,8 +87,9 @@ func FuzzVMHandlers(f *testing.F) {
 	})
 }
 
-// FuzzAdmissionReview posts arbitrary bodies to the handlers as the webhook
-// server mounts them. The server always answers with an AdmissionReview;
+// FuzzAdmissionReview posts arbitrary bodies to every handler (VM and VMI
+// mutate and validate, launcher and migration pods) as the webhook server
+// mounts them. The server always answers with an AdmissionReview;
 // an undecodable review is a 400, never a 500.
 func FuzzAdmissionReview(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
@@ -103,10 +105,19 @@ func FuzzAdmissionReview(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","operation":"CREATE","object":"x"}}`))
 	f.Add([]byte(`not json`))
-	hs := exampleHandlers(f)
+	for _, s := range podSeeds() {
+		rq := podReview(admissionv1.Update, "tenant-a", nil, nil).AdmissionRequest
+		ar := admissionv1.AdmissionReview{Request: &rq}
+		ar.APIVersion, ar.Kind = "admission.k8s.io/v1", "AdmissionReview"
+		if json.Valid([]byte(s)) {
+			ar.Request.Object.Raw, ar.Request.OldObject.Raw = []byte(s), []byte(s)
+		}
+		b, _ := json.Marshal(ar)
+		f.Add(b)
+	}
 	srv := map[string]*admission.Webhook{}
-	for _, p := range []string{webhook.PathMutateVM, webhook.PathValidateVMI} {
-		srv[p] = &admission.Webhook{Handler: hs[p], RecoverPanic: ptr.To(true)}
+	for p, h := range exampleHandlers(f) {
+		srv[p] = &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)}
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for p, wh := range srv {
@@ -180,4 +191,56 @@ func message(r admission.Response) string {
 		return ""
 	}
 	return r.Result.Message
+}
+
+// podSeeds are launcher-pod shaped objects: Multus selections with and
+// without kvnet's address requests and kube-ovn attachments, and broken
+// metadata.
+func podSeeds() []string {
+	return []string{
+		``, `{`, `null`, `[]`, `{}`, `{"metadata":null}`, `{"metadata":{"annotations":null,"labels":null}}`,
+		`{"metadata":{"annotations":{"k8s.v1.cni.cncf.io/networks":"ovn-attach"}}}`,
+		`{"metadata":{"annotations":{"k8s.v1.cni.cncf.io/networks":"[{\"name\":\"ovn-attach\",\"namespace\":\"tenant-a\",\"interface\":\"pod3a7f1c4\"}]"}}}`,
+		`{"metadata":{"namespace":"tenant-a","labels":{"kubevirt.io":"virt-launcher"},"annotations":{"kvnet.io/addresses":"{\"blue\":{\"ips\":[\"10.0.0.5/24\"],\"mac\":\"02:00:00:00:00:01\"}}","k8s.v1.cni.cncf.io/networks":"[{\"name\":\"storage\",\"interface\":\"pod16477688c0e\"}]"}},"spec":{"nodeName":"n1","containers":[{"name":"compute"}]}}`,
+		`{"metadata":{"annotations":{"kvnet.io/addresses":"not json","k8s.v1.cni.cncf.io/networks":"[{\"name\":1}]"}}}`,
+		`{"metadata":{"annotations":{"kvnet.io/skip":"true","k8s.v1.cni.cncf.io/networks":"a/b/c"}}}`,
+		`{"metadata":{"annotations":{"k8s.v1.cni.cncf.io/networks":"tenant-a/ovn-attach@eth1, other/ovn-attach"}},"spec":{"affinity":{"nodeAffinity":null}}}`,
+	}
+}
+
+// FuzzLauncherPods feeds arbitrary pod bytes to the launcher-pods webhook
+// (kube-ovn's legacy live migration on, so both pod mutators have work), as
+// CREATE and UPDATE. It never answers 500 (facts come from a snapshot), the
+// patch applies, and a second run on the patched pod yields no patch.
+func FuzzLauncherPods(f *testing.F) {
+	for _, s := range podSeeds() {
+		f.Add([]byte(s))
+	}
+	cfg := exampleConfig(f)
+	cfg.KubeOVN.LegacyLiveMigration = true
+	h := webhook.NewHandlers(config.Static(cfg), exampleFacts(f), webhook.HandlerOptions{})[webhook.PathMutateLauncherPods]
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update} {
+			var old []byte
+			if op == admissionv1.Update {
+				old = raw
+			}
+			resp := h.Handle(ctx, podReview(op, "tenant-a", raw, old))
+			if code(resp) >= 500 {
+				t.Fatalf("%s: %d %s", op, code(resp), message(resp))
+			}
+			if !resp.Allowed {
+				continue
+			}
+			y := applyResponse(t, raw, resp)
+			if op == admissionv1.Update {
+				old = y
+			}
+			again := h.Handle(ctx, podReview(op, "tenant-a", y, old))
+			if !again.Allowed || len(again.Patches) > 0 {
+				t.Fatalf("%s: second run on its own output: allowed=%v %s, patch %v\nfirst patch %v\noutput %s", op, again.Allowed, message(again), again.Patches, resp.Patches, y)
+			}
+		}
+	})
 }
