@@ -52,13 +52,19 @@ migration:
     alsoInCluster: true
 `
 
-func newFake(t testing.TB, objs ...client.Object) client.Client {
-	t.Helper()
+// testScheme is built once: building it per fake client was most of
+// FuzzMigrationPods' time.
+var testScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
-	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+	return s
+}()
+
+func newFake(t testing.TB, objs ...client.Object) client.Client {
+	t.Helper()
+	return fake.NewClientBuilder().WithScheme(testScheme).WithObjects(objs...).
 		WithIndex(&corev1.ConfigMap{}, indexNode, func(o client.Object) []string {
 			cm := o.(*corev1.ConfigMap)
 			if n := cm.Data[keyNode]; n != "" {
