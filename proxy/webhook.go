@@ -144,7 +144,7 @@ type migrationStateView struct {
 
 func decodeStatusView(raw []byte) (*statusView, error) {
 	var v statusView
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := webhook.Unmarshal(raw, &v); err != nil {
 		return nil, fmt.Errorf("decoding the VirtualMachineInstance's metadata and status.migrationState: %w", err)
 	}
 	return &v, nil

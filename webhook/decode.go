@@ -3,7 +3,6 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -13,6 +12,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
@@ -34,7 +34,7 @@ func decodeVMish(kind string, raw []byte) (any, *chain.Request, error) {
 	switch kind {
 	case chain.KindVM:
 		var v vmView
-		if err := json.Unmarshal(raw, &v); err != nil {
+		if err := Unmarshal(raw, &v); err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
 		vm := &kubevirtv1.VirtualMachine{ObjectMeta: v.Metadata.objectMeta()}
@@ -44,13 +44,22 @@ func decodeVMish(kind string, raw []byte) (any, *chain.Request, error) {
 		return vm, chain.ForVM(vm), nil
 	case chain.KindVMI:
 		var v vmiView
-		if err := json.Unmarshal(raw, &v); err != nil {
+		if err := Unmarshal(raw, &v); err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
 		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: v.Metadata.objectMeta(), Spec: v.Spec.spec()}
 		return vmi, chain.ForVMI(vmi), nil
 	}
 	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
+}
+
+// Unmarshal decodes an admitted object's JSON as the API server does: keys
+// match field names case-sensitively. encoding/json alone would read
+// "metAdata" as metadata, and the patch computed from that view would then
+// address /metadata, which the object does not have (FuzzMigrationPods
+// found it), or kvnet would act on a field the API server ignores.
+func Unmarshal(raw []byte, v any) error {
+	return kjson.UnmarshalCaseSensitivePreserveInts(raw, v)
 }
 
 // vmView and vmiView are the parts of a VM and a VMI that kvnet's mutators

@@ -205,6 +205,9 @@ func podSeeds() []string {
 		`{"metadata":{"annotations":{"kvnet.io/addresses":"not json","k8s.v1.cni.cncf.io/networks":"[{\"name\":1}]"}}}`,
 		`{"metadata":{"annotations":{"kvnet.io/skip":"true","k8s.v1.cni.cncf.io/networks":"a/b/c"}}}`,
 		`{"metadata":{"annotations":{"k8s.v1.cni.cncf.io/networks":"tenant-a/ovn-attach@eth1, other/ovn-attach"}},"spec":{"affinity":{"nodeAffinity":null}}}`,
+		// Keys match case-sensitively, as in the API server: a patch computed
+		// from "Metadata" read as metadata would not apply.
+		`{"Metadata":{"annotations":{"k8s.v1.cni.cncf.io/networks":"ovn-attach"}}}`,
 	}
 }
 

@@ -3,7 +3,6 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -132,7 +131,7 @@ func decodePodView(raw []byte) (*corev1.Pod, podPresence, error) {
 		return nil, podPresence{}, fmt.Errorf("the request's pod is not a JSON object")
 	}
 	var v podView
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := Unmarshal(raw, &v); err != nil {
 		return nil, podPresence{}, fmt.Errorf("decoding Pod: %w", err)
 	}
 	pod := &corev1.Pod{}
