@@ -1,6 +1,7 @@
 package addresses
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -65,4 +66,38 @@ func TestMayRequest(t *testing.T) {
 			t.Errorf("MayRequest(%s) = %v, want %v", v, got, want)
 		}
 	}
+}
+
+// FuzzParse: any kvnet.io/addresses value parses or errors without a panic,
+// and what parses prints back to JSON that parses to the same requests.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		``, `{}`, `null`, `[]`, `{"a":null}`, `{"a":{}}`, `{"a":{"ip":"x"}}`, `{"a":{"ips":[1]}}`, `{} {}`,
+		`{"b":{"mac":"02:00:00:00:00:01"},"a":{"ips":["10.0.0.5/24","fd00::5/64"],"cniArgs":{"z":1},"logicalSwitch":"s"}}`,
+		`{"a":{"cniArgs":[1,{"k":null}]},"a":{"mac":"m"}}`, `{"a":{"IPS":["10.0.0.1/8"]}}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := Parse(s)
+		if err != nil {
+			return
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatalf("parsed %q does not print: %v", s, err)
+		}
+		again, err := Parse(string(b))
+		if err != nil {
+			t.Fatalf("Parse(print(Parse(%q))) = %v; printed %s", s, err, b)
+		}
+		if len(again) != len(m) {
+			t.Fatalf("%d networks became %d", len(m), len(again))
+		}
+		for k, r := range m {
+			if !r.Equal(again[k]) {
+				t.Fatalf("network %q: %+v became %+v", k, r, again[k])
+			}
+		}
+	})
 }
