@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -406,7 +407,7 @@ func (kv *KubeVirt) registerWebhooks(ctx context.Context, addr string, caPEM []b
 	probe := &kubevirtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: KubeVirtNamespace, Name: "virt-api-probe"},
 		Spec: kubevirtv1.VirtualMachineSpec{
-			RunStrategy: ptrTo(kubevirtv1.RunStrategyHalted),
+			RunStrategy: ptr.To(kubevirtv1.RunStrategyHalted),
 			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
 				Domain: kubevirtv1.DomainSpec{Devices: kubevirtv1.Devices{Interfaces: []kubevirtv1.Interface{{
 					Name:                   "default",
@@ -422,8 +423,6 @@ func (kv *KubeVirt) registerWebhooks(ctx context.Context, addr string, caPEM []b
 		return err != nil && strings.Contains(err.Error(), "virtualmachine-validator.kubevirt.io"), nil
 	})
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // Stop removes virt-api's webhook configurations first (they fail closed:
 // with virt-api gone, every VM write and pod eviction would be refused) and
