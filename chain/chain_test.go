@@ -25,7 +25,7 @@ func newRequest(annotations map[string]string) *chain.Request {
 	return &chain.Request{
 		Kind: chain.KindVM, Namespace: "ns", Name: "vm", Meta: meta, TemplateMeta: &metav1.ObjectMeta{},
 		Spec: spec, SpecPath: field.NewPath("spec", "template", "spec"), Config: &cfg,
-		Facts: &lookup.Static{NADs: map[string]*netattach.Info{"ns/br": {Namespace: "ns", Name: "br"}}},
+		Facts: &lookup.Snapshot{NADs: map[string]*netattach.Info{"ns/br": {Namespace: "ns", Name: "br"}}},
 	}
 }
 

@@ -102,7 +102,7 @@ spec: {config: '{"cniVersion":"0.4.0","name":"l2-red","type":"ovn-k8s-cni-overla
 // without a cluster.
 type Fixture struct {
 	Config *config.Config
-	Facts  *lookup.Static
+	Facts  *lookup.Snapshot
 	// Cache answers the launcher-pod mutator's VMI and IPAMClaim reads.
 	Cache client.Reader
 }

@@ -140,16 +140,16 @@ func (r *Reader) KubeVirt(ctx context.Context) (*kubevirtv1.KubeVirt, error) {
 	return nil, nil
 }
 
-// Static is a fixed snapshot, used by the offline CLI and unit tests.
-type Static struct {
+// Snapshot is a fixed set of facts, used by the offline CLI and unit tests.
+type Snapshot struct {
 	NADs       map[string]*netattach.Info // "ns/name"
 	Namespaces map[string]map[string]string
 	KubeVirtCR *kubevirtv1.KubeVirt
 }
 
-// NewStatic builds a snapshot from typed objects.
-func NewStatic(nads []nadv1.NetworkAttachmentDefinition, namespaces []corev1.Namespace, kv *kubevirtv1.KubeVirt) *Static {
-	s := &Static{NADs: map[string]*netattach.Info{}, Namespaces: map[string]map[string]string{}, KubeVirtCR: kv}
+// NewSnapshot builds a snapshot from typed objects.
+func NewSnapshot(nads []nadv1.NetworkAttachmentDefinition, namespaces []corev1.Namespace, kv *kubevirtv1.KubeVirt) *Snapshot {
+	s := &Snapshot{NADs: map[string]*netattach.Info{}, Namespaces: map[string]map[string]string{}, KubeVirtCR: kv}
 	for i := range nads {
 		info := netattach.Parse(&nads[i])
 		s.NADs[info.Ref()] = info
@@ -161,14 +161,14 @@ func NewStatic(nads []nadv1.NetworkAttachmentDefinition, namespaces []corev1.Nam
 }
 
 // NAD implements Facts.
-func (s *Static) NAD(_ context.Context, namespace, name string) (*netattach.Info, error) {
+func (s *Snapshot) NAD(_ context.Context, namespace, name string) (*netattach.Info, error) {
 	return s.NADs[namespace+"/"+name], nil
 }
 
 // NamespaceLabels implements Facts.
-func (s *Static) NamespaceLabels(_ context.Context, namespace string) (map[string]string, error) {
+func (s *Snapshot) NamespaceLabels(_ context.Context, namespace string) (map[string]string, error) {
 	return s.Namespaces[namespace], nil
 }
 
 // KubeVirt implements Facts.
-func (s *Static) KubeVirt(context.Context) (*kubevirtv1.KubeVirt, error) { return s.KubeVirtCR, nil }
+func (s *Snapshot) KubeVirt(context.Context) (*kubevirtv1.KubeVirt, error) { return s.KubeVirtCR, nil }

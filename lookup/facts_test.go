@@ -98,9 +98,9 @@ func TestReaderErrors(t *testing.T) {
 	}
 }
 
-func TestStatic(t *testing.T) {
+func TestSnapshot(t *testing.T) {
 	kv := &kubevirtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Name: "kv"}}
-	s := lookup.NewStatic([]nadv1.NetworkAttachmentDefinition{
+	s := lookup.NewSnapshot([]nadv1.NetworkAttachmentDefinition{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x"}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: `{"type":"bridge"}`}},
 	}, []corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"k": "v"}}}}, kv)
 	ctx := context.Background()

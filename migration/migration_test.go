@@ -75,7 +75,7 @@ func newFake(t testing.TB, objs ...client.Object) client.Client {
 }
 
 func facts() lookup.Facts {
-	return lookup.NewStatic([]nadv1.NetworkAttachmentDefinition{
+	return lookup.NewSnapshot([]nadv1.NetworkAttachmentDefinition{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "migration"}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "cross"}},
 	}, nil, nil)

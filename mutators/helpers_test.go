@@ -29,8 +29,8 @@ func nadInfo(namespace, name, resource, cniConfig string) *netattach.Info {
 }
 
 // testFacts is one small cluster: a NAD of every kind kvnet tells apart.
-func testFacts() *lookup.Static {
-	s := &lookup.Static{
+func testFacts() *lookup.Snapshot {
+	s := &lookup.Snapshot{
 		NADs: map[string]*netattach.Info{},
 		Namespaces: map[string]map[string]string{
 			ns:      {"env": "prod"},

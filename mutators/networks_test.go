@@ -263,7 +263,7 @@ spec:
 				req.Namespace = c.namespace
 			}
 			if c.kubevirt != nil {
-				req.Facts.(*lookup.Static).KubeVirtCR = c.kubevirt
+				req.Facts.(*lookup.Snapshot).KubeVirtCR = c.kubevirt
 			}
 			err := mutators.NetworkInjector{}.Mutate(context.Background(), req)
 			if c.wantErr != "" {

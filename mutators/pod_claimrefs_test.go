@@ -42,11 +42,11 @@ func crScheme() *runtime.Scheme {
 }
 
 // crFacts: blue and red allow persistent IPs, plain does not; "gone" does not exist.
-func crFacts() *lookup.Static {
+func crFacts() *lookup.Snapshot {
 	mk := func(name, cfg string) nadv1.NetworkAttachmentDefinition {
 		return nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: crNS, Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: cfg}}
 	}
-	return lookup.NewStatic([]nadv1.NetworkAttachmentDefinition{
+	return lookup.NewSnapshot([]nadv1.NetworkAttachmentDefinition{
 		mk("blue", fmt.Sprintf(crOVN, "blue-net")),
 		mk("red", fmt.Sprintf(crOVN, "red-net")),
 		mk("plain", `{"cniVersion":"0.4.0","name":"plain","type":"bridge"}`),

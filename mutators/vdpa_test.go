@@ -114,7 +114,7 @@ spec:
         `+domain+`
       networks: [{name: dp, multus: {networkName: "`+c.nad+`"}}]
 `, mustConfig(t, "vdpa: {bindingPlugin: jaguar}"))
-			req.Facts.(*lookup.Static).KubeVirtCR = c.kubevirt
+			req.Facts.(*lookup.Snapshot).KubeVirtCR = c.kubevirt
 			if err := (mutators.VDPA{}).Mutate(context.Background(), req); err != nil {
 				t.Fatalf("Mutate: %v", err)
 			}

@@ -148,7 +148,7 @@ func readStream(name string, r io.Reader) ([]Doc, error) {
 
 // Facts builds a cluster snapshot from NADs, Namespaces and a KubeVirt CR
 // found among docs; other kinds are ignored.
-func Facts(docs []Doc) (*lookup.Static, error) {
+func Facts(docs []Doc) (*lookup.Snapshot, error) {
 	var nads []nadv1.NetworkAttachmentDefinition
 	var nss []corev1.Namespace
 	var kv *kubevirtv1.KubeVirt
@@ -176,7 +176,7 @@ func Facts(docs []Doc) (*lookup.Static, error) {
 			}
 		}
 	}
-	return lookup.NewStatic(nads, nss, kv), nil
+	return lookup.NewSnapshot(nads, nss, kv), nil
 }
 
 // Admitter runs documents through kvnet's handlers.

@@ -15,11 +15,11 @@ import (
 	"github.com/kvnet/kvnet/lookup"
 )
 
-func testFacts() *lookup.Static {
+func testFacts() *lookup.Snapshot {
 	mk := func(ns, name, cfg string) nadv1.NetworkAttachmentDefinition {
 		return nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: cfg}}
 	}
-	return lookup.NewStatic([]nadv1.NetworkAttachmentDefinition{
+	return lookup.NewSnapshot([]nadv1.NetworkAttachmentDefinition{
 		mk("a", "blue", `{"name":"blue-net","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
 		mk("shared", "red", `{"name":"red-net","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
 		mk("a", "noname", `{"type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),

@@ -20,7 +20,7 @@ func piRequest(kind string, annotations map[string]string, cfg config.Config, ne
 	mk := func(name, c string) nadv1.NetworkAttachmentDefinition {
 		return nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: c}}
 	}
-	facts := lookup.NewStatic([]nadv1.NetworkAttachmentDefinition{
+	facts := lookup.NewSnapshot([]nadv1.NetworkAttachmentDefinition{
 		mk("ovn", `{"name":"ovn-net","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
 		mk("plain", `{"name":"plain","type":"bridge"}`),
 		mk("bridgy", `{"name":"bridgy","type":"bridge","allowPersistentIPs":true}`),

@@ -32,8 +32,8 @@ func nadInfo(namespace, name, resource, cniConfig string) *netattach.Info {
 	return netattach.Parse(n)
 }
 
-func testFacts(kv *kubevirtv1.KubeVirt) *lookup.Static {
-	s := &lookup.Static{NADs: map[string]*netattach.Info{}, KubeVirtCR: kv}
+func testFacts(kv *kubevirtv1.KubeVirt) *lookup.Snapshot {
+	s := &lookup.Snapshot{NADs: map[string]*netattach.Info{}, KubeVirtCR: kv}
 	for _, i := range []*netattach.Info{
 		nadInfo(ns, "br", "", `{"cniVersion":"0.4.0","name":"br","type":"bridge"}`),
 		nadInfo(ns, "vf", "intel.com/sriov_netdevice", `{"cniVersion":"0.4.0","name":"vf","type":"sriov"}`),

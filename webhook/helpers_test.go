@@ -25,7 +25,7 @@ import (
 const examplesDir = "../examples"
 
 // exampleFacts reads the NADs, Namespaces and KubeVirt CR of examples/.
-func exampleFacts(t testing.TB) *lookup.Static {
+func exampleFacts(t testing.TB) *lookup.Snapshot {
 	t.Helper()
 	docs, err := offline.ReadFiles([]string{
 		filepath.Join(examplesDir, "nads.yaml"),
