@@ -43,8 +43,8 @@ type PoolSpec struct {
 	Timeout time.Duration
 }
 
-// Request asks for one address for a pod under admission.
-type Request struct {
+// AddressRequest asks for one address for a pod under admission.
+type AddressRequest struct {
 	Pool PoolSpec
 	// Token identifies this admission; the pod carries it in LabelReservation.
 	Token string
@@ -95,7 +95,7 @@ func (e *ExhaustedError) Status() metav1.Status {
 // Allocate reserves an address for the request: the node's own address if it
 // has one whose holder is gone, else a free one, else one whose holder is
 // gone; otherwise it returns an *ExhaustedError.
-func (al *Allocator) Allocate(ctx context.Context, req Request) (*Allocation, error) {
+func (al *Allocator) Allocate(ctx context.Context, req AddressRequest) (*Allocation, error) {
 	log := logf.FromContext(ctx).WithValues("pool", req.Pool.ID, "node", req.Node)
 	if req.Node != "" {
 		mine, err := al.list(ctx, al.Cache, req.Pool.ID, client.MatchingFields{indexNode: req.Pool.ID + "/" + req.Node})
@@ -163,7 +163,7 @@ func exhausted(p PoolSpec, counts map[State]int) *ExhaustedError {
 
 // Peek says which address Allocate would try first, without writing: for
 // dry-run requests.
-func (al *Allocator) Peek(ctx context.Context, req Request) (netip.Addr, bool, error) {
+func (al *Allocator) Peek(ctx context.Context, req AddressRequest) (netip.Addr, bool, error) {
 	if req.Node != "" {
 		mine, err := al.list(ctx, al.Cache, req.Pool.ID, client.MatchingFields{indexNode: req.Pool.ID + "/" + req.Node})
 		if err != nil {
@@ -193,7 +193,7 @@ func (al *Allocator) Peek(ctx context.Context, req Request) (netip.Addr, bool, e
 // createFree walks the pool from an offset derived from the token (so that
 // concurrent admissions, in this process or another replica, start at
 // different places) and creates the first address no one holds.
-func (al *Allocator) createFree(ctx context.Context, req Request, used map[netip.Addr]bool) (*Allocation, error) {
+func (al *Allocator) createFree(ctx context.Context, req AddressRequest, used map[netip.Addr]bool) (*Allocation, error) {
 	var got *Allocation
 	var failed error
 	attempts := 0
@@ -237,7 +237,7 @@ func (al *Allocator) createFree(ctx context.Context, req Request, used map[netip
 // (parking a node's address after its pod went), so takeOver re-reads it
 // from the API server and decides again; if the controller deleted it, the
 // address is created afresh for this pod.
-func (al *Allocator) takeOver(ctx context.Context, a *Allocation, req Request) (*Allocation, error) {
+func (al *Allocator) takeOver(ctx context.Context, a *Allocation, req AddressRequest) (*Allocation, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		gone, err := al.holderGone(ctx, a, req.Pool.Timeout)
 		if err != nil || !gone {
@@ -273,7 +273,7 @@ func (al *Allocator) takeOver(ctx context.Context, a *Allocation, req Request) (
 }
 
 // createAt reserves one given address for req; nil, nil if it exists.
-func (al *Allocator) createAt(ctx context.Context, req Request, addr netip.Addr) (*Allocation, error) {
+func (al *Allocator) createAt(ctx context.Context, req AddressRequest, addr netip.Addr) (*Allocation, error) {
 	a := &Allocation{
 		Pool: req.Pool.ID, Address: addr, PrefixLength: req.Pool.Pool.PrefixBits(addr), State: StateReserved,
 		Node: req.Node, Reservation: req.Token, ReservedAt: al.now(), PodNamespace: req.Namespace,

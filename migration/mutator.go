@@ -150,7 +150,7 @@ func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	node := NodeOf(pod)
 	if req.DryRun {
 		for _, n := range nets {
-			a, ok, err := m.Alloc.Peek(ctx, Request{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
+			a, ok, err := m.Alloc.Peek(ctx, AddressRequest{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
 			if err != nil {
 				return fmt.Errorf("dry run: looking for a free address of %s: %w", n.Pool.Field, err)
 			}
@@ -171,7 +171,7 @@ func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		}
 	}
 	for _, n := range nets {
-		a, err := m.Alloc.Allocate(ctx, Request{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
+		a, err := m.Alloc.Allocate(ctx, AddressRequest{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
 		if err != nil {
 			rollback()
 			var ex *ExhaustedError
