@@ -43,9 +43,9 @@ func (m Addresses) Mutate(ctx context.Context, req *chain.Request) error {
 	if len(errs) > 0 {
 		return req.Invalid(errs)
 	}
-	wanted := make([]Wanted, len(nets))
+	wanted := make([]WantedNetwork, len(nets))
 	for i, n := range nets {
-		wanted[i] = Wanted{Rule: chain.NetworksAnnotation, Network: n}
+		wanted[i] = WantedNetwork{Rule: chain.NetworksAnnotation, Network: n}
 	}
 	var table map[string]addresses.Request
 	tableChanged := false

@@ -20,8 +20,8 @@ type NetworkInjector struct{}
 // Name implements chain.Mutator.
 func (NetworkInjector) Name() string { return "networks" }
 
-// Wanted is one network a config rule or the annotation asks for.
-type Wanted struct {
+// WantedNetwork is one network a config rule or the annotation asks for.
+type WantedNetwork struct {
 	// Rule names the rule, or is chain.NetworksAnnotation.
 	Rule    string
 	Network config.Network
@@ -51,8 +51,8 @@ func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
 // Requested lists the networks the matching config rules ask for, then the
 // annotation's, in order. A malformed annotation is a 422 on its field.
 // The persistent-IPs validator reads the same list.
-func Requested(ctx context.Context, req *chain.Request) ([]Wanted, error) {
-	var out []Wanted
+func Requested(ctx context.Context, req *chain.Request) ([]WantedNetwork, error) {
+	var out []WantedNetwork
 	var nsLabels map[string]string
 	nsRead := false
 	for i := range req.Config.NetworkRules {
@@ -68,7 +68,7 @@ func Requested(ctx context.Context, req *chain.Request) ([]Wanted, error) {
 			continue
 		}
 		for _, n := range r.Networks {
-			out = append(out, Wanted{Rule: r.Name, Network: n})
+			out = append(out, WantedNetwork{Rule: r.Name, Network: n})
 		}
 	}
 	if v, ok := req.Meta.Annotations[chain.NetworksAnnotation]; ok {
@@ -77,7 +77,7 @@ func Requested(ctx context.Context, req *chain.Request) ([]Wanted, error) {
 			return nil, req.Invalid(errs)
 		}
 		for _, n := range nets {
-			out = append(out, Wanted{Rule: chain.NetworksAnnotation, Network: n})
+			out = append(out, WantedNetwork{Rule: chain.NetworksAnnotation, Network: n})
 		}
 	}
 	return out, nil

@@ -54,8 +54,8 @@ func (o Owner) Owns(claim *ipamv1alpha1.IPAMClaim) bool {
 	return ref != nil && ref.Kind == o.Kind && ref.Name == o.Name && ref.UID == o.UID
 }
 
-// Wanted is one claim a VM should have, with the network it is for.
-type Wanted struct {
+// WantedClaim is one claim a VM should have, with the network it is for.
+type WantedClaim struct {
 	// Network is the VMI network (spec.networks[].name).
 	Network string
 	// NAD is the resolved NetworkAttachmentDefinition.
@@ -88,7 +88,7 @@ func Claimable(info *netattach.Info) (bool, string) {
 // per secondary Multus network whose NAD allows persistent IPs. It is a
 // pure function of the spec and the NAD facts, shared by the controller and
 // the offline CLI. A missing NAD only skips its own network.
-func Desired(ctx context.Context, o Owner, spec *kubevirtv1.VirtualMachineInstanceSpec, facts lookup.Facts) (want []Wanted, skipped []Skipped, err error) {
+func Desired(ctx context.Context, o Owner, spec *kubevirtv1.VirtualMachineInstanceSpec, facts lookup.Facts) (want []WantedClaim, skipped []Skipped, err error) {
 	for _, net := range spec.Networks {
 		if net.Multus == nil || net.Multus.Default {
 			// The pod network and a Multus default network are the pod's
@@ -111,7 +111,7 @@ func Desired(ctx context.Context, o Owner, spec *kubevirtv1.VirtualMachineInstan
 			}
 			continue
 		}
-		want = append(want, Wanted{Network: net.Name, NAD: info, Claim: NewClaim(o, net.Name, info.NetworkName)})
+		want = append(want, WantedClaim{Network: net.Name, NAD: info, Claim: NewClaim(o, net.Name, info.NetworkName)})
 	}
 	return want, skipped, nil
 }

@@ -301,7 +301,7 @@ func (r *Reconciler) claimsOf(ctx context.Context, namespace, name string) ([]ip
 
 // ensure makes one wanted claim exist and carry kvnet's finalizer and label.
 // It returns a delay when it must look again later.
-func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner, w Wanted) (time.Duration, error) {
+func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner, w WantedClaim) (time.Duration, error) {
 	log := logf.FromContext(ctx).WithValues("claim", w.Claim.Name, "network", w.Network)
 	var cur ipamv1alpha1.IPAMClaim
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(w.Claim), &cur)
@@ -359,7 +359,7 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 // event on the VM, where its owner looks, and a condition on the claim,
 // where the claim's owner looks. kvnet never adopts it, and the pod mutator
 // does not reference it.
-func (r *Reconciler) conflict(ctx context.Context, ownerObj client.Object, o Owner, w Wanted, cur *ipamv1alpha1.IPAMClaim) error {
+func (r *Reconciler) conflict(ctx context.Context, ownerObj client.Object, o Owner, w WantedClaim, cur *ipamv1alpha1.IPAMClaim) error {
 	holder := "no controlling owner"
 	reason := "NoController"
 	if ref := metav1.GetControllerOf(cur); ref != nil {
