@@ -97,19 +97,19 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 	}
 	//lint:ignore SA1019 the record API fits events about objects kvnet only references (a pod's DaemonSet or ReplicaSet)
 	recorder := mgr.GetEventRecorderFor("kvnet-migration")
-	capb := &Capability{Namespace: namespace, Cache: c}
-	capb.Allocator = &Allocator{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient()}
-	capb.Mutator = &Mutator{
-		Alloc: capb.Allocator, API: mgr.GetAPIReader(), Recorder: recorder,
+	capability := &Capability{Namespace: namespace, Cache: c}
+	capability.Allocator = &Allocator{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient()}
+	capability.Mutator = &Mutator{
+		Alloc: capability.Allocator, API: mgr.GetAPIReader(), Recorder: recorder,
 		WaitSynced: func(ctx context.Context) bool {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			return c.WaitForCacheSync(ctx)
 		},
 	}
-	capb.Reconciler = &Reconciler{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient(), Config: cfg, Recorder: recorder}
+	capability.Reconciler = &Reconciler{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient(), Config: cfg, Recorder: recorder}
 	ctl, err := controller.New("migration-addresses", mgr, controller.Options{
-		Reconciler: capb.Reconciler, MaxConcurrentReconciles: 4,
+		Reconciler: capability.Reconciler, MaxConcurrentReconciles: 4,
 		// Tests run two replicas in one process; names are per manager there.
 		SkipNameValidation: ptr.To(true),
 	})
@@ -168,7 +168,7 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 	if err := mgr.Add(everyReplicaFunc(func(ctx context.Context) error { return poolGauges.run(ctx, src) })); err != nil {
 		return nil, err
 	}
-	return capb, nil
+	return capability, nil
 }
 
 // everyReplica runs the cache on every replica: a bare cache would land in

@@ -30,13 +30,13 @@ func Compute(raw, before, after []byte) ([]jsonpatch.Operation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("diffing the mutated object: %w", err)
 	}
-	return fit(raw, ops, func(segs []string) (any, error) { return valueAt(after, segs) })
+	return applicable(raw, ops, func(segs []string) (any, error) { return valueAt(after, segs) })
 }
 
-// fit makes ops apply to raw: an operation whose parent raw lacks becomes an
+// applicable makes ops apply to raw: an operation whose parent raw lacks becomes an
 // add of the first missing ancestor (its value from valueOf), a replace of a
 // member raw lacks becomes an add, and a remove of one is dropped.
-func fit(raw []byte, ops []jsonpatch.Operation, valueOf func(segs []string) (any, error)) ([]jsonpatch.Operation, error) {
+func applicable(raw []byte, ops []jsonpatch.Operation, valueOf func(segs []string) (any, error)) ([]jsonpatch.Operation, error) {
 	out := ops[:0]
 	lifted := map[string]bool{}
 	idx := newRawIndex(raw)

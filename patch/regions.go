@@ -59,7 +59,7 @@ func ComputeRegions(raw []byte, regions []Region) ([]jsonpatch.Operation, error)
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	return fit(raw, ops, func(segs []string) (any, error) { return regionValue(regions, segs) })
+	return applicable(raw, ops, func(segs []string) (any, error) { return regionValue(regions, segs) })
 }
 
 // regionValue is the mutated value at segs: inside a region, read from its

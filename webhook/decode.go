@@ -19,10 +19,10 @@ import (
 	"github.com/kvnet/kvnet/lookup"
 )
 
-// decodeVMish decodes the part of a VM or VMI the chain reads (see vmView)
+// decodeVMOrVMI decodes the part of a VM or VMI the chain reads (see vmView)
 // and returns the typed object together with a chain request whose pointers
 // alias into it, so mutators change the object itself.
-func decodeVMish(kind string, raw []byte) (any, *chain.Request, error) {
+func decodeVMOrVMI(kind string, raw []byte) (any, *chain.Request, error) {
 	if len(raw) == 0 {
 		return nil, nil, fmt.Errorf("the request carries no object")
 	}
@@ -171,7 +171,7 @@ func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg 
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return answer(admission.Allowed(""))
 	}
-	_, cr, err := decodeVMish(kind, req.Object.Raw)
+	_, cr, err := decodeVMOrVMI(kind, req.Object.Raw)
 	if err != nil {
 		return answer(admission.Errored(http.StatusBadRequest, err))
 	}

@@ -57,7 +57,7 @@ func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp
 // ratchet drops the errors the old object had too. If the old object cannot
 // be validated, nothing is dropped.
 func (h *VMValidator) ratchet(ctx context.Context, cr *chain.Request, ar *admissionv1.AdmissionRequest, errs field.ErrorList) field.ErrorList {
-	_, old, err := decodeVMish(h.Kind, ar.OldObject.Raw)
+	_, old, err := decodeVMOrVMI(h.Kind, ar.OldObject.Raw)
 	if err != nil {
 		return errs
 	}
