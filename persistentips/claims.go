@@ -28,10 +28,10 @@ type Owner struct {
 // OwnerOf returns the claim owner for a VMI: its controlling VirtualMachine
 // when it has one (then the VM and the VMI share a name), else the VMI.
 func OwnerOf(vmi *kubevirtv1.VirtualMachineInstance) Owner {
-	if ref := metav1.GetControllerOf(vmi); ref != nil && ref.Kind == "VirtualMachine" && ref.APIVersion == kubevirtv1.SchemeGroupVersion.String() {
-		return Owner{Kind: "VirtualMachine", Namespace: vmi.Namespace, Name: ref.Name, UID: ref.UID}
+	if ref := metav1.GetControllerOf(vmi); ref != nil && ref.Kind == kindVM && ref.APIVersion == kubevirtv1.SchemeGroupVersion.String() {
+		return Owner{Kind: kindVM, Namespace: vmi.Namespace, Name: ref.Name, UID: ref.UID}
 	}
-	return Owner{Kind: "VirtualMachineInstance", Namespace: vmi.Namespace, Name: vmi.Name, UID: vmi.UID}
+	return Owner{Kind: kindVMI, Namespace: vmi.Namespace, Name: vmi.Name, UID: vmi.UID}
 }
 
 // Ref is the controller owner reference a claim of o carries.
@@ -145,7 +145,7 @@ func Offline(ctx context.Context, cfg *config.Config, facts lookup.Facts, kind, 
 	var owner Owner
 	var spec *kubevirtv1.VirtualMachineInstanceSpec
 	switch kind {
-	case "VirtualMachine":
+	case kindVM:
 		var vm kubevirtv1.VirtualMachine
 		if err := json.Unmarshal(raw, &vm); err != nil {
 			return nil, fmt.Errorf("decoding VirtualMachine: %w", err)
@@ -154,7 +154,7 @@ func Offline(ctx context.Context, cfg *config.Config, facts lookup.Facts, kind, 
 			return nil, nil
 		}
 		owner, spec = Owner{Kind: kind, Namespace: namespace, Name: vm.Name, UID: vm.UID}, &vm.Spec.Template.Spec
-	case "VirtualMachineInstance":
+	case kindVMI:
 		var vmi kubevirtv1.VirtualMachineInstance
 		if err := json.Unmarshal(raw, &vmi); err != nil {
 			return nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
