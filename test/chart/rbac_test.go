@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/test/framework"
 )
@@ -155,6 +157,47 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname + "-webhook-cert"}, &secret); err != nil {
 		t.Fatalf("kvnet's Secret: %v", err)
 	}
+	// The config alone turns persistent IPs off (an edited ConfigMap, no
+	// helm upgrade): the leader takes the fail-closed launcher-pods webhook
+	// out of the chart's configuration, with the chart's RBAC.
+	var before admissionregv1.MutatingWebhookConfiguration
+	if err := cl.Get(ctx, client.ObjectKey{Name: fullname}, &before); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(before.Webhooks, func(w admissionregv1.MutatingWebhook) bool { return w.Name == "launcher-pods.mutate.kvnet.io" }) {
+		t.Fatalf("the chart's defaults render no launcher-pods webhook to remove")
+	}
+	var cfgDoc map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfgDoc); err != nil {
+		t.Fatal(err)
+	}
+	if cfgDoc == nil {
+		cfgDoc = map[string]any{}
+	}
+	cfgDoc["persistentIPs"] = map[string]any{"enabled": false}
+	edited, err := yaml.Marshal(cfgDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replaced in one rename, as the kubelet swaps a ConfigMap volume.
+	if err := os.WriteFile(cfgPath+".new", edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(cfgPath+".new", cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, "the launcher-pods webhook removed after the config turned persistent IPs off", time.Minute, done, &waitErr, func() error {
+		var m admissionregv1.MutatingWebhookConfiguration
+		if err := cl.Get(ctx, client.ObjectKey{Name: fullname}, &m); err != nil {
+			return err
+		}
+		for _, w := range m.Webhooks {
+			if w.Name == "launcher-pods.mutate.kvnet.io" {
+				return fmt.Errorf("still registered")
+			}
+		}
+		return nil
+	})
 	if strings.Contains(logs.String(), "forbidden") {
 		t.Errorf("kvnet was refused a request (RBAC):\n%s", grepLines(logs.String(), "forbidden"))
 	}

@@ -51,6 +51,10 @@ type ServeOptions struct {
 	// SeveralManagers lets tests run more than one manager in one process
 	// (replicas of one install): controller names are then reused.
 	SeveralManagers bool
+	// PodWebhooksConfiguration names kvnet's MutatingWebhookConfiguration,
+	// whose pod webhooks the leader then keeps in step with the config
+	// (webhook.Registrar); empty leaves registration to whoever installed it.
+	PodWebhooksConfiguration string
 	// Certs are the certificate settings; the zero value is external
 	// (cert-manager or a mounted Secret fills --cert-dir).
 	Certs CertFlags
@@ -68,6 +72,7 @@ func (o *ServeOptions) register(c *cobra.Command) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader for the controllers (webhooks run on every replica)")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "kvnet-controllers", "lease name for leader election")
 	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "kvnet's own namespace (always excluded from admission)")
+	fs.StringVar(&o.PodWebhooksConfiguration, "pod-webhooks-configuration", "", "MutatingWebhookConfiguration whose pod webhooks follow the config: added when a feature needs them, removed when none does (empty: off)")
 }
 
 // Scheme knows every kind kvnet reads or writes.
@@ -157,6 +162,14 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 		return nil, err
 	}
 	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, facts, hopts))
+	if o.PodWebhooksConfiguration != "" {
+		if err := mgr.Add(&webhook.Registrar{
+			Name: o.PodWebhooksConfiguration, Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+			Config: cfg, Log: mgr.GetLogger().WithName("registrar"),
+		}); err != nil {
+			return nil, err
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
