@@ -106,11 +106,17 @@ func TestSelfManagedCertsRacingReplicasAgree(t *testing.T) {
 
 // The whole self-managed path with two kvnet replicas behind a
 // load-balancing proxy: the CA bundle lands in both webhook configurations,
-// and while the serving certificate is renewed every few seconds and the CA
+// and while the serving certificate is renewed several times and the CA
 // itself is rotated, clients keep calling the webhook, through the API
 // server and directly on each replica with a fresh TLS handshake, and not
-// one call fails. The lifetimes are seconds, the mechanism is the one that
-// runs with the production defaults (1 year, 10 years).
+// one call fails.
+//
+// The rotators run on a clock the test moves ahead in steps of 11 minutes,
+// each once both replicas serve what the previous step produced; the
+// certificates live for hours in real time. So "not one call fails" holds
+// on a machine of any speed: a starved replica rotates late, never serves
+// an expired certificate. (The certificates are backdated by an hour, which
+// keeps those issued at a clock up to an hour ahead valid now.)
 func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 	ns := newNamespace(t, map[string]string{certsLabel: "true"})
 	ctx := t.Context()
@@ -121,16 +127,17 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 	name := "kvnet-certs-test"
 	registerURLWebhooks(t, name, proxy, map[string]string{certsLabel: "true"})
 
+	var ahead atomic.Int64 // how far the rotators' clock runs ahead of time.Now
 	flags := app.CertFlags{
 		Mode: app.CertModeSelfManaged, Secret: "kvnet-webhook-cert", ConfigNames: []string{name},
 		ExtraSANs: []string{"127.0.0.1"},
-		// Short enough to see several renewals and one CA rotation in
-		// seconds, renewing at a third of the lifetime as production does
-		// at two thirds, so a busy machine has seconds of slack (28 passes)
-		// before a certificate in use could expire.
-		CALifetime: 60 * time.Second, CARenewBefore: 40 * time.Second,
-		CertLifetime: 10 * time.Second, CertRenewBefore: 7 * time.Second,
+		// Renewal when a certificate is 10 minutes old, CA staging at 15
+		// minutes: three clock steps give four certificates from two CAs,
+		// with the clock at most 33 minutes ahead.
+		CALifetime: 3 * time.Hour, CARenewBefore: 165 * time.Minute,
+		CertLifetime: 50 * time.Minute, CertRenewBefore: 40 * time.Minute,
 		Interval: 250 * time.Millisecond,
+		Now:      func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) },
 	}
 	cfg, err := config.Parse(nil, framework.KvnetNamespace)
 	if err != nil {
@@ -228,16 +235,41 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 			}
 		})
 	}
-	waitForLong(t, "every replica to serve 4 certificates from 2 CAs", 3*time.Minute, func() error {
+	served := func() (n []int, done bool) {
 		mu.Lock()
 		defer mu.Unlock()
+		done = true
 		for i := range ports {
-			if len(serials[i]) < 4 || len(issuers[i]) < 2 {
-				return fmt.Errorf("replica %d served %d certificates from %d CAs so far", i, len(serials[i]), len(issuers[i]))
-			}
+			n = append(n, len(serials[i]))
+			done = done && len(serials[i]) >= 4 && len(issuers[i]) >= 2
+		}
+		return n, done
+	}
+	waitFor(t, "both replicas called at least once", func() error {
+		if n, _ := served(); slices.Contains(n, 0) {
+			return fmt.Errorf("certificates seen per replica: %v", n)
 		}
 		return nil
 	})
+	for step := 1; ; step++ {
+		before, done := served()
+		if done {
+			break
+		}
+		if step > 6 {
+			t.Fatalf("after %d clock steps, certificates per replica %v, without 4 from 2 CAs each", step-1, before)
+		}
+		ahead.Add(int64(11 * time.Minute))
+		waitForLong(t, fmt.Sprintf("both replicas to serve a new certificate after clock step %d", step), 2*time.Minute, func() error {
+			now, _ := served()
+			for i := range now {
+				if now[i] <= before[i] {
+					return fmt.Errorf("certificates per replica %v, before the step %v", now, before)
+				}
+			}
+			return nil
+		})
+	}
 	close(stop)
 	wg.Wait()
 	if len(failures) > 0 {
