@@ -130,6 +130,24 @@ func (in *faultInstall) waitLeader(r *framework.Replica, name string) {
 	})
 }
 
+// waitOneLeader waits until one of x and y holds the lease and returns it
+// first.
+func (in *faultInstall) waitOneLeader(x, y *framework.Replica) (leader, follower *framework.Replica) {
+	in.t.Helper()
+	eventually(in.t, "a new leader elected", 60*time.Second, func() error {
+		switch {
+		case x.Leader():
+			leader, follower = x, y
+		case y.Leader():
+			leader, follower = y, x
+		default:
+			return fmt.Errorf("no leader yet")
+		}
+		return nil
+	})
+	return leader, follower
+}
+
 // allocations reads the install's allocation table from the API server.
 func (in *faultInstall) allocations() ([]*migration.Allocation, error) {
 	return migration.ReadTable(context.Background(), env.Client, in.namespace)
