@@ -124,7 +124,7 @@ test: lint control-plane helm kubevirt
 # certificate rotations and allocations from two replicas at once). Only
 # those: -race multiplies the cost of the whole suite, and these are where
 # it can find something.
-RACE_INTEGRATION ?= ^(TestConfigReloadsOnEveryReplica|TestSelfManagedCertsRacingReplicasAgree|TestMigrationTwoReplicasConcurrent)$$
+RACE_INTEGRATION ?= ^(TestConfigReloadsOnEveryReplica|TestSelfManagedCertsRacingReplicasAgree|TestMigrationTwoReplicasConcurrent|TestReplicaKilledMidAllocation|TestLeaderHandoverWhileCreating)$$
 race: control-plane
 	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /test)
 	$(GO) test -count=1 -race -timeout 20m -run '$(RACE_INTEGRATION)' ./test/
