@@ -165,12 +165,12 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 				t.Errorf("replica on port %d: %v", port, err)
 			}
 		})
-		waitFor(t, "replica to serve TLS", func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
+		framework.Eventually(t, "replica to serve TLS", 30*time.Second, func() error { return mgr.GetWebhookServer().StartedChecker()(nil) })
 	}
 
 	// Both configurations, every webhook, carry the Secret's bundle.
 	var secret corev1.Secret
-	waitFor(t, "CA bundle injected into both configurations", func() error {
+	framework.Eventually(t, "CA bundle injected into both configurations", 30*time.Second, func() error {
 		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "kvnet-webhook-cert"}, &secret); err != nil {
 			return err
 		}
@@ -245,7 +245,7 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 		}
 		return n, done
 	}
-	waitFor(t, "both replicas called at least once", func() error {
+	framework.Eventually(t, "both replicas called at least once", 30*time.Second, func() error {
 		if n, _ := served(); slices.Contains(n, 0) {
 			return fmt.Errorf("certificates seen per replica: %v", n)
 		}
@@ -260,7 +260,7 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 			t.Fatalf("after %d clock steps, certificates per replica %v, without 4 from 2 CAs each", step-1, before)
 		}
 		ahead.Add(int64(11 * time.Minute))
-		waitForLong(t, fmt.Sprintf("both replicas to serve a new certificate after clock step %d", step), 2*time.Minute, func() error {
+		framework.Eventually(t, fmt.Sprintf("both replicas to serve a new certificate after clock step %d", step), 2*time.Minute, func() error {
 			now, _ := served()
 			for i := range now {
 				if now[i] <= before[i] {
@@ -280,7 +280,7 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&secret), &secret); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "CA bundle re-injected after rotation", func() error { return bundlesEqual(ctx, name, secret.Data["ca.crt"]) })
+	framework.Eventually(t, "CA bundle re-injected after rotation", 30*time.Second, func() error { return bundlesEqual(ctx, name, secret.Data["ca.crt"]) })
 }
 
 // replicaManager is a kvnet replica reduced to its webhook server and
@@ -461,27 +461,6 @@ func readFile(t *testing.T, path string) []byte {
 
 // testLog sends a component's logs to the test's log.
 func testLog(t *testing.T) logr.Logger { return testr.New(t) }
-
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	waitForLong(t, what, 30*time.Second, cond)
-}
-
-// waitForLong polls cond; the deadline only turns a hang into a message.
-func waitForLong(t *testing.T, what string, deadline time.Duration, cond func() error) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // A renamed Service gets a certificate for its new names from the same CA
 // (so the webhook configurations need no change), an unusable Secret is

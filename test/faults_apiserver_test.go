@@ -27,6 +27,7 @@ import (
 
 	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -302,8 +303,8 @@ migration:
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"},
 		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: fmt.Sprintf(piPersistentConfig, "late-net", ns+"/late")},
 	}
-	eventually(t, "NAD created after the restart", 60*time.Second, func() error { return env.Client.Create(ctx, late) })
-	eventually(t, "NAD created after the restart in kvnet's cache", 120*time.Second, func() error {
+	framework.Eventually(t, "NAD created after the restart", 60*time.Second, func() error { return env.Client.Create(ctx, late) })
+	framework.Eventually(t, "NAD created after the restart in kvnet's cache", 120*time.Second, func() error {
 		return env.Manager.GetCache().Get(ctx, client.ObjectKeyFromObject(late), &nadv1.NetworkAttachmentDefinition{})
 	})
 	after := piVmWithNetworks(ns, "after", [2]string{"late", "late"})
@@ -321,7 +322,7 @@ migration:
 
 	// Settled: every address bound to exactly one live pod, every claim
 	// to an existing VM, every VM with exactly its claim.
-	eventually(t, "migration addresses bound one to one to the live pods", 90*time.Second, func() error {
+	framework.Eventually(t, "migration addresses bound one to one to the live pods", 90*time.Second, func() error {
 		allocs := migAllocations(t, migration.PoolInCluster)
 		want := map[netip.Addr]*corev1.Pod{migAddr(t, p0, "migration", "migration0").Addr(): p0, a1: p1}
 		if len(allocs) != len(want) {
@@ -335,7 +336,7 @@ migration:
 		}
 		return nil
 	})
-	eventually(t, "one claim per VM network, none without its VM", 90*time.Second, func() error {
+	framework.Eventually(t, "one claim per VM network, none without its VM", 90*time.Second, func() error {
 		var vms kubevirtv1.VirtualMachineList
 		if err := env.Client.List(ctx, &vms, client.InNamespace(ns)); err != nil {
 			return err

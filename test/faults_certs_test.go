@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 // errKilled is what a killed replica's last call returns: nothing, as far
@@ -103,7 +104,7 @@ func TestCertRotationReplicaKilledMidway(t *testing.T) {
 	if err := survivor.EnsureReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the first CA injected", 30*time.Second, func() error { return bundlesEqual(ctx, name, secret().Data[certs.KeyCABundle]) })
+	framework.Eventually(t, "the first CA injected", 30*time.Second, func() error { return bundlesEqual(ctx, name, secret().Data[certs.KeyCABundle]) })
 
 	// Twenty-one days on, the CA has less than its renew-before window left.
 	later := time.Now().Add(21 * 24 * time.Hour)
@@ -149,7 +150,7 @@ func TestCertRotationReplicaKilledMidway(t *testing.T) {
 	}
 
 	// The survivor's passes settle everything.
-	eventually(t, "the survivor finished the rotation consistently", 30*time.Second, func() error {
+	framework.Eventually(t, "the survivor finished the rotation consistently", 30*time.Second, func() error {
 		if err := survivor.Reconcile(ctx); err != nil {
 			return err
 		}

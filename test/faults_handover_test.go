@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 // The lease of kvnet's controllers changes hands twice (replica A, then B,
@@ -126,7 +128,7 @@ migration:
 	})
 	after := func(n int32) {
 		t.Helper()
-		eventually(t, fmt.Sprintf("%d VMs and pods created", n), 120*time.Second, func() error {
+		framework.Eventually(t, fmt.Sprintf("%d VMs and pods created", n), 120*time.Second, func() error {
 			if err := failed(); err != nil {
 				t.Fatalf("creating: %v", err)
 			}
@@ -161,7 +163,7 @@ migration:
 	}
 	t.Logf("%d VMs and virt-handler pods created across two hand-overs", created.Load())
 
-	eventually(t, "one claim per VM network, none without its VM", 90*time.Second, func() error {
+	framework.Eventually(t, "one claim per VM network, none without its VM", 90*time.Second, func() error {
 		var vms kubevirtv1.VirtualMachineList
 		if err := env.Client.List(ctx, &vms, client.InNamespace(ns)); err != nil {
 			return err
@@ -175,13 +177,13 @@ migration:
 		}
 		return claimsMatchVMs(vms.Items, claims.Items)
 	})
-	eventually(t, "every virt-handler's address bound to it alone", 90*time.Second, func() error {
+	framework.Eventually(t, "every virt-handler's address bound to it alone", 90*time.Second, func() error {
 		return in.boundOneToOne(pods)
 	})
 
 	// The last leader releases everything once the pods and nodes are gone.
 	removeAll()
-	eventually(t, "every address released once pods and nodes are gone", 60*time.Second, func() error {
+	framework.Eventually(t, "every address released once pods and nodes are gone", 60*time.Second, func() error {
 		left, err := in.allocations()
 		if err == nil && len(left) > 0 {
 			err = fmt.Errorf("left: %v", allocationList(left))

@@ -108,7 +108,7 @@ func (in *faultInstall) registerMigrationPods(ns string) {
 func (in *faultInstall) waitCalled(ds *corev1.Pod, prefix string) {
 	t := in.t
 	t.Helper()
-	eventually(t, "the API server calling the install's replicas", 60*time.Second, func() error {
+	framework.Eventually(t, "the API server calling the install's replicas", 60*time.Second, func() error {
 		p := ds.DeepCopy()
 		if err := env.Client.Create(context.Background(), p, client.DryRunAll); err != nil {
 			return err
@@ -122,7 +122,7 @@ func (in *faultInstall) waitCalled(ds *corev1.Pod, prefix string) {
 
 func (in *faultInstall) waitLeader(r *framework.Replica, name string) {
 	in.t.Helper()
-	eventually(in.t, name+" elected leader", 60*time.Second, func() error {
+	framework.Eventually(in.t, name+" elected leader", 60*time.Second, func() error {
 		if !r.Leader() {
 			return fmt.Errorf("%s is not the leader", name)
 		}
@@ -134,7 +134,7 @@ func (in *faultInstall) waitLeader(r *framework.Replica, name string) {
 // first.
 func (in *faultInstall) waitOneLeader(x, y *framework.Replica) (leader, follower *framework.Replica) {
 	in.t.Helper()
-	eventually(in.t, "a new leader elected", 60*time.Second, func() error {
+	framework.Eventually(in.t, "a new leader elected", 60*time.Second, func() error {
 		switch {
 		case x.Leader():
 			leader, follower = x, y
@@ -310,7 +310,7 @@ migration:
 		for _, n := range nodes {
 			migDeleteNode(t, n)
 		}
-		eventually(t, "every address released once pods and nodes are gone", 60*time.Second, func() error {
+		framework.Eventually(t, "every address released once pods and nodes are gone", 60*time.Second, func() error {
 			left, err := in.allocations()
 			if err == nil && len(left) > 0 {
 				err = fmt.Errorf("left: %v", allocationList(left))
@@ -318,7 +318,7 @@ migration:
 			return err
 		})
 	})
-	eventually(t, "the survivor finished both: every address bound to its one pod", 60*time.Second, func() error {
+	framework.Eventually(t, "the survivor finished both: every address bound to its one pod", 60*time.Second, func() error {
 		return in.boundOneToOne(pods)
 	})
 	var list corev1.PodList

@@ -42,7 +42,7 @@ func startReplicas(t *testing.T, n int, path, lease string) []*framework.Replica
 		})
 		rs = append(rs, r)
 	}
-	eventually(t, "a replica elected leader", 60*time.Second, func() error {
+	framework.Eventually(t, "a replica elected leader", 60*time.Second, func() error {
 		leaders := 0
 		for _, r := range rs {
 			if r.Leader() {
@@ -92,11 +92,11 @@ func TestConfigReloadsOnEveryReplica(t *testing.T) {
 		}
 	}
 	writeConfig(t, path, haPolicy("v2"))
-	eventually(t, "policy v2 on every replica", 30*time.Second, onEvery("v2"))
+	framework.Eventually(t, "policy v2 on every replica", 30*time.Second, onEvery("v2"))
 
 	failed := migCounter(t, "kvnet_config_reloads_total", map[string]string{"result": "failure"})
 	writeConfig(t, path, "networkRules: [{name: broken, networks: [{name: x}]}]\n")
-	eventually(t, "the broken file counted once per replica", 30*time.Second, func() error {
+	framework.Eventually(t, "the broken file counted once per replica", 30*time.Second, func() error {
 		if got := migCounter(t, "kvnet_config_reloads_total", map[string]string{"result": "failure"}) - failed; got != float64(len(rs)) {
 			return fmt.Errorf("%v failures counted, want %d", got, len(rs))
 		}
@@ -107,5 +107,5 @@ func TestConfigReloadsOnEveryReplica(t *testing.T) {
 	}
 
 	writeConfig(t, path, haPolicy("v3"))
-	eventually(t, "policy v3 on every replica after the broken file", 30*time.Second, onEvery("v3"))
+	framework.Eventually(t, "policy v3 on every replica after the broken file", 30*time.Second, onEvery("v3"))
 }

@@ -14,13 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 var nsCounter atomic.Int32
@@ -62,7 +62,7 @@ func createNAD(t *testing.T, namespace, name, resourceName, config string) *nadv
 // waitCached waits until kvnet's informer cache holds the object.
 func waitCached(t *testing.T, obj client.Object, key client.ObjectKey) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%T %s in kvnet's cache", obj, key), 10*time.Second, func() error {
+	framework.Eventually(t, fmt.Sprintf("%T %s in kvnet's cache", obj, key), 10*time.Second, func() error {
 		return env.Manager.GetCache().Get(context.Background(), key, obj)
 	})
 }
@@ -164,7 +164,7 @@ func setKubeVirt(t *testing.T, spec kubevirtv1.KubeVirtSpec) {
 	if err != nil {
 		t.Fatalf("writing the KubeVirt CR: %v", err)
 	}
-	eventually(t, "KubeVirt CR version "+kv.ResourceVersion+" in kvnet's cache", 10*time.Second, func() error {
+	framework.Eventually(t, "KubeVirt CR version "+kv.ResourceVersion+" in kvnet's cache", 10*time.Second, func() error {
 		var cached kubevirtv1.KubeVirt
 		if err := env.Manager.GetCache().Get(ctx, client.ObjectKeyFromObject(kv), &cached); err != nil {
 			return err
@@ -216,27 +216,11 @@ func getVM(t *testing.T, ns, name string) *kubevirtv1.VirtualMachine {
 func waitGone(t *testing.T, obj client.Object) {
 	t.Helper()
 	probe := obj.DeepCopyObject().(client.Object)
-	eventually(t, fmt.Sprintf("%s gone from kvnet's cache", client.ObjectKeyFromObject(obj)), 10*time.Second, func() error {
+	framework.Eventually(t, fmt.Sprintf("%s gone from kvnet's cache", client.ObjectKeyFromObject(obj)), 10*time.Second, func() error {
 		err := env.Manager.GetCache().Get(context.Background(), client.ObjectKeyFromObject(obj), probe)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("still there (%v)", err)
 	})
-}
-
-// eventually polls f until it returns nil, failing the test with f's last
-// error once timeout has passed. It is the one poll loop of these tests: a
-// condition with a generous deadline, never a sleep and never a timing
-// assertion.
-func eventually(t *testing.T, what string, timeout time.Duration, f func() error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		last = f()
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: still not true after %s: %v", what, timeout, last)
-	}
 }

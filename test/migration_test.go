@@ -65,7 +65,7 @@ func migSetConfig(t *testing.T, yaml string) {
 // after a generous deadline; it never asserts on time.
 func migEventually(t *testing.T, what string, deadline time.Duration, f func() error) {
 	t.Helper()
-	eventually(t, what, deadline, f)
+	framework.Eventually(t, what, deadline, f)
 }
 
 func migNode(t *testing.T, name string) *corev1.Node {

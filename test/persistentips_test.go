@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvnet/kvnet/multus"
 	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 // OVN-Kubernetes localnet/layer2 NAD configs: the kind of network whose IPAM
@@ -39,7 +40,7 @@ const piPollTimeout = 30 * time.Second
 // error after a generous deadline.
 func piEventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	eventually(t, what, piPollTimeout, f)
+	framework.Eventually(t, what, piPollTimeout, f)
 }
 
 func piPersistentNAD(t *testing.T, ns, name, network string) {

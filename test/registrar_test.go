@@ -75,7 +75,7 @@ func TestPodWebhooksFollowConfigWithoutReinstall(t *testing.T) {
 	withPods := append(slices.Clone(vmOnly), "launcher-pods.mutate.kvnet.io", "migration-pods.mutate.kvnet.io")
 
 	src.Set(on)
-	eventually(t, "the pod webhooks registered", 30*time.Second, func() error {
+	framework.Eventually(t, "the pod webhooks registered", 30*time.Second, func() error {
 		if _, names := stored(); !slices.Equal(names, withPods) {
 			return fmt.Errorf("webhooks %v", names)
 		}
@@ -93,7 +93,7 @@ func TestPodWebhooksFollowConfigWithoutReinstall(t *testing.T) {
 	}
 
 	src.Set(off)
-	eventually(t, "the pod webhooks removed", 30*time.Second, func() error {
+	framework.Eventually(t, "the pod webhooks removed", 30*time.Second, func() error {
 		if _, names := stored(); !slices.Equal(names, vmOnly) {
 			return fmt.Errorf("webhooks %v", names)
 		}
@@ -111,7 +111,7 @@ func TestPodWebhooksFollowConfigWithoutReinstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.Set(parse("persistentIPs:\n  enabled: false\n"))
-	eventually(t, "the hand-added launcher-pods webhook removed", 30*time.Second, func() error {
+	framework.Eventually(t, "the hand-added launcher-pods webhook removed", 30*time.Second, func() error {
 		if _, names := stored(); !slices.Equal(names, vmOnly) {
 			return fmt.Errorf("webhooks %v", names)
 		}

@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 // An interface naming a binding plugin the KubeVirt CR does not register is
@@ -25,9 +27,11 @@ func TestUnknownBindingPluginRefusedBeforeKubeVirtStrandsTheVM(t *testing.T) {
 
 	mustCreateVM(t, ns, vmYAML("stranded", iface, net, `kvnet.io/skip: "true"`))
 	vmi := waitVMI(t, ns, "stranded")
-	eventually(t, "virt-controller reports it cannot render the pod", func(ctx context.Context) (bool, string) {
-		conds := vmiConditions(ctx, vmi)
-		return strings.Contains(conds, "couldn't find configuration for network binding"), conds
+	framework.Eventually(t, "virt-controller reports it cannot render the pod", waitTimeout, func() error {
+		if conds := vmiConditions(context.Background(), vmi); !strings.Contains(conds, "couldn't find configuration for network binding") {
+			return fmt.Errorf("VMI conditions %s", conds)
+		}
+		return nil
 	})
 	if pods, err := launcherPods(context.Background(), vmi); err != nil || len(pods) != 0 {
 		t.Fatalf("virt-launcher pods of the stranded VMI = %d (%v), want none", len(pods), err)

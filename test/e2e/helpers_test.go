@@ -11,24 +11,21 @@ import (
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 // memLockGate is the feature gate virt-api requires before it admits
 // spec.domain.memory.reservedOverhead.memLock.
 const memLockGate = "ReservedOverheadMemlock"
 
-// Waits are generous: KubeVirt's controllers answer in well under a second
-// on an idle machine, but CI machines are shared.
-const (
-	pollInterval = 50 * time.Millisecond
-	waitTimeout  = 60 * time.Second
-)
+// waitTimeout bounds the waits on KubeVirt's controllers: they answer in
+// well under a second on an idle machine, but CI machines are shared.
+const waitTimeout = 60 * time.Second
 
 var nsCounter atomic.Int32
 
@@ -64,27 +61,11 @@ func createNAD(t *testing.T, ns, name, resourceName, config string) {
 	waitCached(t, &nadv1.NetworkAttachmentDefinition{}, client.ObjectKeyFromObject(nad))
 }
 
-// eventually polls cond until it holds, failing the test with what was last
-// seen when it does not within waitTimeout.
-func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), pollInterval, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		ok, seen := cond(ctx)
-		last = seen
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %s; last seen: %s", what, waitTimeout, last)
-	}
-}
-
 // waitCached waits until kvnet's informer cache holds the object.
 func waitCached(t *testing.T, obj client.Object, key client.ObjectKey) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%T %s in kvnet's cache", obj, key), func(ctx context.Context) (bool, string) {
-		err := env.Manager.GetCache().Get(ctx, key, obj)
-		return err == nil, fmt.Sprint(err)
+	framework.Eventually(t, fmt.Sprintf("%T %s in kvnet's cache", obj, key), waitTimeout, func() error {
+		return env.Manager.GetCache().Get(context.Background(), key, obj)
 	})
 }
 
@@ -142,9 +123,8 @@ func mustCreateVM(t *testing.T, ns, y string) *kubevirtv1.VirtualMachine {
 func waitVMI(t *testing.T, ns, name string) *kubevirtv1.VirtualMachineInstance {
 	t.Helper()
 	var vmi kubevirtv1.VirtualMachineInstance
-	eventually(t, "virt-controller creates VMI "+ns+"/"+name, func(ctx context.Context) (bool, string) {
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &vmi)
-		return err == nil, fmt.Sprint(err)
+	framework.Eventually(t, "virt-controller creates VMI "+ns+"/"+name, waitTimeout, func() error {
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &vmi)
 	})
 	return &vmi
 }
@@ -162,13 +142,14 @@ func launcherPods(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (
 func waitLauncherPod(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance) *corev1.Pod {
 	t.Helper()
 	var pod corev1.Pod
-	eventually(t, "virt-controller creates the virt-launcher pod of "+vmi.Name, func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, "virt-controller creates the virt-launcher pod of "+vmi.Name, waitTimeout, func() error {
+		ctx := context.Background()
 		pods, err := launcherPods(ctx, vmi)
 		if err != nil || len(pods) == 0 {
-			return false, fmt.Sprintf("%d pods, %v; VMI conditions %s", len(pods), err, vmiConditions(ctx, vmi))
+			return fmt.Errorf("%d pods, %v; VMI conditions %s", len(pods), err, vmiConditions(ctx, vmi))
 		}
 		pod = pods[0]
-		return true, ""
+		return nil
 	})
 	return &pod
 }
@@ -215,9 +196,14 @@ func updateKubeVirt(t *testing.T, change func(*kubevirtv1.KubeVirtSpec)) {
 	if err := env.Client.Update(ctx, &kv); err != nil {
 		t.Fatalf("updating the KubeVirt CR: %v", err)
 	}
-	eventually(t, "kvnet's cache has KubeVirt CR version "+kv.ResourceVersion, func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, "kvnet's cache has KubeVirt CR version "+kv.ResourceVersion, waitTimeout, func() error {
 		var cached kubevirtv1.KubeVirt
-		err := env.Manager.GetCache().Get(ctx, key, &cached)
-		return err == nil && cached.ResourceVersion == kv.ResourceVersion, cached.ResourceVersion
+		if err := env.Manager.GetCache().Get(ctx, key, &cached); err != nil {
+			return err
+		}
+		if cached.ResourceVersion != kv.ResourceVersion {
+			return fmt.Errorf("cache has version %s", cached.ResourceVersion)
+		}
+		return nil
 	})
 }

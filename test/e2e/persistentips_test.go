@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvnet/kvnet/multus"
 	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 // An OVN-Kubernetes layer2 network that allows persistent IPs.
@@ -40,9 +41,8 @@ func claimRefs(t *testing.T, pod *corev1.Pod) map[string]string {
 func waitClaim(t *testing.T, ns, name string) *ipamv1alpha1.IPAMClaim {
 	t.Helper()
 	var claim ipamv1alpha1.IPAMClaim
-	eventually(t, "kvnet creates IPAMClaim "+ns+"/"+name, func(ctx context.Context) (bool, string) {
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &claim)
-		return err == nil, fmt.Sprint(err)
+	framework.Eventually(t, "kvnet creates IPAMClaim "+ns+"/"+name, waitTimeout, func() error {
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &claim)
 	})
 	return &claim
 }
@@ -94,13 +94,13 @@ func TestMigrationTargetPodKeepsClaimReference(t *testing.T) {
 		t.Fatalf("creating the migration: %v", err)
 	}
 	var target corev1.Pod
-	eventually(t, "virt-controller creates the migration target pod", func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, "virt-controller creates the migration target pod", waitTimeout, func() error {
 		var pods corev1.PodList
-		if err := env.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{kubevirtv1.MigrationJobLabel: string(vmim.UID)}); err != nil || len(pods.Items) == 0 {
-			return false, fmt.Sprintf("%d pods, %v", len(pods.Items), err)
+		if err := env.Client.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{kubevirtv1.MigrationJobLabel: string(vmim.UID)}); err != nil || len(pods.Items) == 0 {
+			return fmt.Errorf("%d pods, %v", len(pods.Items), err)
 		}
 		target = pods.Items[0]
-		return true, ""
+		return nil
 	})
 	if target.Name == source.Name {
 		t.Fatalf("target pod is the source pod")
@@ -146,20 +146,21 @@ func TestHotpluggedNetworkGetsClaimReference(t *testing.T) {
 		t.Fatalf("hot-plugging a network: %v", err)
 	}
 	var carrier corev1.Pod
-	eventually(t, "KubeVirt puts the hot-plugged network on a virt-launcher pod", func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, "KubeVirt puts the hot-plugged network on a virt-launcher pod", waitTimeout, func() error {
+		ctx := context.Background()
 		pods, err := launcherPods(ctx, vmi)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		var seen []string
 		for _, p := range pods {
 			if _, ok := selection(t, &p)["extra"]; ok {
 				carrier = p
-				return true, ""
+				return nil
 			}
 			seen = append(seen, p.Name+": "+p.Annotations[multus.NetworksAnnotation])
 		}
-		return false, fmt.Sprintf("%v; VMI %s", seen, vmiConditions(ctx, vmi))
+		return fmt.Errorf("%v; VMI %s", seen, vmiConditions(ctx, vmi))
 	})
 	how := "rewrote the pod's annotation"
 	if carrier.Name != pod.Name {
@@ -225,12 +226,15 @@ func runVMI(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance, pod *corev1.Po
 	if err != nil {
 		t.Fatalf("reporting %s running: %v", pod.Name, err)
 	}
-	eventually(t, "virt-controller schedules the VMI on "+node, func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, "virt-controller schedules the VMI on "+node, waitTimeout, func() error {
 		var cur kubevirtv1.VirtualMachineInstance
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil {
-			return false, err.Error()
+			return err
 		}
-		return cur.Status.Phase == kubevirtv1.Scheduled && cur.Status.NodeName == node, string(cur.Status.Phase) + " on " + cur.Status.NodeName
+		if cur.Status.Phase != kubevirtv1.Scheduled || cur.Status.NodeName != node {
+			return fmt.Errorf("%s on %s", cur.Status.Phase, cur.Status.NodeName)
+		}
+		return nil
 	})
 	handler, err := env.KubeVirt.HandlerClient(ctx, node)
 	if err != nil {

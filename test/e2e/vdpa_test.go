@@ -11,6 +11,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 const vdpaNADConfig = `{"cniVersion":"0.4.0","name":"vdpa-net","type":"sriov"}`
@@ -97,11 +99,14 @@ func waitVirtAPIGate(t *testing.T, on bool) {
 		t.Fatal(err)
 	}
 	vm.Namespace = "default"
-	eventually(t, fmt.Sprintf("virt-api sees %s on=%v", memLockGate, on), func(ctx context.Context) (bool, string) {
-		err := env.Client.Create(ctx, vm.DeepCopy(), client.DryRunAll)
+	framework.Eventually(t, fmt.Sprintf("virt-api sees %s on=%v", memLockGate, on), waitTimeout, func() error {
+		err := env.Client.Create(context.Background(), vm.DeepCopy(), client.DryRunAll)
 		if on {
-			return err == nil, fmt.Sprint(err)
+			return err
 		}
-		return err != nil && strings.Contains(err.Error(), "virtualmachine-validator.kubevirt.io"), fmt.Sprint(err)
+		if err == nil || !strings.Contains(err.Error(), "virtualmachine-validator.kubevirt.io") {
+			return fmt.Errorf("virt-api's answer: %v", err)
+		}
+		return nil
 	})
 }

@@ -128,23 +128,6 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// eventually polls f until it returns nil, failing with its last error after
-// the deadline; it never asserts on time.
-func eventually(t *testing.T, what string, deadline time.Duration, f func() error) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: still not true after %s: %v", what, deadline, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // helm renders the chart; HELM overrides bin/tools/helm.
 func helm(t *testing.T, values string, args ...string) []byte {
 	t.Helper()
@@ -251,7 +234,7 @@ scrape_configs:
 		}
 	})
 	base := "http://" + addr
-	eventually(t, "Prometheus ready", 60*time.Second, func() error {
+	framework.Eventually(t, "Prometheus ready", 60*time.Second, func() error {
 		resp, err := http.Get(base + "/-/ready")
 		if err != nil {
 			return err
@@ -364,7 +347,7 @@ func TestAlertsFireOnRealPrometheus(t *testing.T) {
 
 	// Scraped, with the exhaustion counter seen at 0 (the first denial must
 	// be an increase), the pool's size known and the config accepted.
-	eventually(t, "kvnet scraped by Prometheus", 60*time.Second, func() error {
+	framework.Eventually(t, "kvnet scraped by Prometheus", 60*time.Second, func() error {
 		for _, q := range []string{
 			`up{job="kvnet"} == 1`,
 			`kvnet_migration_denials_total{job="kvnet", pool="in-cluster", reason="exhausted"} == 0`,
@@ -413,7 +396,7 @@ func TestAlertsFireOnRealPrometheus(t *testing.T) {
 		"KvnetConfigReloadFailing",
 		"KvnetServingCertificateExpiringSoon",
 	}
-	eventually(t, "alerts firing", 90*time.Second, func() error {
+	framework.Eventually(t, "alerts firing", 90*time.Second, func() error {
 		got, err := firing(base)
 		if err != nil {
 			return err
@@ -437,7 +420,7 @@ func TestAlertsFireOnRealPrometheus(t *testing.T) {
 
 	// A good file again: the reload alert resolves, the pool ones stay.
 	writeConfig(t, goodConfig+"# fixed\n")
-	eventually(t, "KvnetConfigReloadFailing resolved", 90*time.Second, func() error {
+	framework.Eventually(t, "KvnetConfigReloadFailing resolved", 90*time.Second, func() error {
 		got, err := firing(base)
 		if err != nil {
 			return err
@@ -481,7 +464,7 @@ func migrationSetup(t *testing.T) *appsv1.DaemonSet {
 			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
 		}
 	}
-	eventually(t, "NAD in kvnet's cache", 30*time.Second, func() error {
+	framework.Eventually(t, "NAD in kvnet's cache", 30*time.Second, func() error {
 		return env.Manager.GetCache().Get(ctx, client.ObjectKey{Namespace: nadNamespace, Name: "migration"}, &nadv1.NetworkAttachmentDefinition{})
 	})
 	labels := map[string]string{"kubevirt.io": "virt-handler"}
