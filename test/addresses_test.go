@@ -24,9 +24,9 @@ const bridgeSubnetConfig = `{"cniVersion":"0.4.0","name":"%s","type":"bridge","b
 // network's to kube-ovn's own annotations. The launcher pod then gets them in
 // the bridge network's selection element, every other key kept.
 func TestAddressRequests(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "lan", "", fmt.Sprintf(bridgeSubnetConfig, "lan"))
-	createNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "lan", "", fmt.Sprintf(bridgeSubnetConfig, "lan"))
+	env.CreateNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
 	c, warnings := warningClient(t)
 	_, err := createVM(t, c, ns, `
 apiVersion: kubevirt.io/v1
@@ -106,10 +106,10 @@ spec:
 
 // Bad requests are refused on the VM, each naming the field and the reason.
 func TestAddressRequestsRefused(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "lan", "", fmt.Sprintf(bridgeSubnetConfig, "lan"))
-	createNAD(t, ns, "lan2", "", fmt.Sprintf(bridgeConfig, "lan2"))
-	createNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "lan", "", fmt.Sprintf(bridgeSubnetConfig, "lan"))
+	env.CreateNAD(t, ns, "lan2", "", fmt.Sprintf(bridgeConfig, "lan2"))
+	env.CreateNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
 	vm := func(name, networks, templateAnno string) string {
 		tmeta := ""
 		if templateAnno != "" {
@@ -156,8 +156,8 @@ spec:
 // the API server relays kvnet's warning saying so, and the OVN-K subnet
 // from the NAD's "subnets" bounds the IP.
 func TestAddressRequestsWinOverImplicitClaim(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "tenant", "", fmt.Sprintf(piPersistentConfig, "tenant-net", ns+"/tenant"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "tenant", "", fmt.Sprintf(piPersistentConfig, "tenant-net", ns+"/tenant"))
 	c, warnings := warningClient(t)
 	_, err := createVM(t, c, ns, `
 apiVersion: kubevirt.io/v1

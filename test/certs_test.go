@@ -51,7 +51,7 @@ const certsLabel = "kvnet.io/certs-test"
 // wins and both serve the same key pair. The race is run several times, as
 // one round may not overlap.
 func TestSelfManagedCertsRacingReplicasAgree(t *testing.T) {
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	flags := app.CertFlags{Mode: app.CertModeSelfManaged, Secret: "race", ServiceName: "kvnet"}
 	for round := range 5 {
 		created := certs.RotationCount("created")
@@ -118,7 +118,7 @@ func TestSelfManagedCertsRacingReplicasAgree(t *testing.T) {
 // an expired certificate. (The certificates are backdated by an hour, which
 // keeps those issued at a clock up to an hour ahead valid now.)
 func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
-	ns := newNamespace(t, map[string]string{certsLabel: "true"})
+	ns := env.NewNamespace(t, map[string]string{certsLabel: "true"})
 	ctx := t.Context()
 
 	// Two replicas, each with its own cert dir and port, as two pods.
@@ -467,7 +467,7 @@ func testLog(t *testing.T) logr.Logger { return testr.New(t) }
 // replaced instead of wedging every replica, and missing webhook
 // configurations do not keep kvnet from serving.
 func TestSelfManagedCertsReissueRecoverAndStartWithoutConfigurations(t *testing.T) {
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	ctx := t.Context()
 	dir := t.TempDir()
 	rotator := func(service string, configs ...string) *certs.Rotator {

@@ -62,7 +62,7 @@ func TestExamplesOfflineEqualsWebhook(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &u) })
-			waitCached(t, &corev1.Namespace{}, client.ObjectKey{Name: u.GetName()})
+			env.WaitCached(t, &corev1.Namespace{}, client.ObjectKey{Name: u.GetName()})
 			continue
 		}
 		if err := env.Client.Create(ctx, &u); err != nil {
@@ -141,7 +141,7 @@ func waitCachedUnstructured(t *testing.T, u *unstructured.Unstructured) {
 	}
 	var probe unstructured.Unstructured
 	probe.SetGroupVersionKind(u.GroupVersionKind())
-	waitCached(t, &probe, client.ObjectKeyFromObject(u))
+	env.WaitCached(t, &probe, client.ObjectKeyFromObject(u))
 }
 
 // normalize round-trips v through JSON so integers compare equal to the

@@ -158,9 +158,9 @@ func wantKvnetFailure(a answer, what ...string) error {
 // leaked, including VMs whose create the outage cut off mid-way.
 func TestAPIServerRestartWhileAdmitting(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
-	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	ns := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	env.CreateNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
+	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	piPersistentNAD(t, ns, "blue", "blue-net")
 	// A short reservation timeout lets the leak check below wait for the
 	// release of a reservation the outage orphaned, instead of 2 minutes.
@@ -187,7 +187,7 @@ migration:
 	claimBefore := persistentips.ClaimName("before", "blue")
 	piWaitClaim(t, ns, claimBefore, "VirtualMachine", "before", vm.UID, "blue-net", "blue")
 	vmi := piStartVMI(t, vm)
-	waitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi))
+	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi))
 
 	post := newAdmissionPoster(t)
 	outageVM := piVmWithNetworks(ns, "during", [2]string{"blue", "blue"})

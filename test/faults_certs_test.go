@@ -68,7 +68,7 @@ func killedAt(t *testing.T, cancel context.CancelFunc, kill func(client.Object) 
 // every webhook's bundle equal to the Secret's, and the survivor serving a
 // certificate the API server's bundle verifies.
 func TestCertRotationReplicaKilledMidway(t *testing.T) {
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	ctx := t.Context()
 	name := "kvnet-faults-" + ns
 	// Webhooks selecting no namespace: only their CA bundles matter here.

@@ -28,8 +28,8 @@ import (
 // the work.
 func TestLeaderHandoverWhileCreating(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	piPersistentNAD(t, ns, "blue", "blue-net")
 	migSetConfig(t, testConfig+fmt.Sprintf("excludedNamespaces: [kube-system, %s]\n", ns))
 	in := newFaultInstall(t, fmt.Sprintf(`

@@ -46,7 +46,7 @@ func newFaultInstall(t *testing.T, configYAML string) *faultInstall {
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Close)
-	kns := newNamespace(t, nil)
+	kns := env.NewNamespace(t, nil)
 	return &faultInstall{t: t, namespace: kns, configPath: path, lease: kns, svc: svc}
 }
 
@@ -213,8 +213,8 @@ func inNamespace(ns string) func(*http.Request) bool {
 // live pod that carries it, no address on two pods, and nothing left once
 // the pods and nodes are gone.
 func TestReplicaKilledMidAllocation(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	in := newFaultInstall(t, fmt.Sprintf(`
 migration:
   inCluster:

@@ -32,8 +32,8 @@ spec:
 // A VM in a namespace a rule selects gets the rule's network, and the API
 // server stores the mutated spec with the record of what changed.
 func TestRuleInjectsNetworkIntoStoredVM(t *testing.T) {
-	ns := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
+	ns := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	env.CreateNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
 	if _, err := createVM(t, env.Client, ns, plainVM); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -57,15 +57,15 @@ func TestRuleInjectsNetworkIntoStoredVM(t *testing.T) {
 
 // A namespace the rule does not select is left alone; so is an opted-out VM.
 func TestNoInjectionOutsideRuleOrWhenSkipped(t *testing.T) {
-	plain := newNamespace(t, nil)
+	plain := env.NewNamespace(t, nil)
 	if _, err := createVM(t, env.Client, plain, plainVM); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(getVM(t, plain, "db").Spec.Template.Spec.Networks); n != 1 {
 		t.Fatalf("unselected namespace: %d networks, want 1", n)
 	}
-	selected := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, selected, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
+	selected := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	env.CreateNAD(t, selected, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
 	vm, err := createVM(t, env.Client, selected, plainVM)
 	_ = vm
 	if err != nil {
@@ -88,10 +88,10 @@ func TestNoInjectionOutsideRuleOrWhenSkipped(t *testing.T) {
 // The annotation asks for networks in Multus short form; a network the user
 // declared (same name, or the same NAD under another name) is not touched.
 func TestAnnotationRequestsAndUserNetworksWin(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
-	createNAD(t, ns, "red", "", fmt.Sprintf(bridgeConfig, "red"))
-	createNAD(t, ns, "sriov-a", "intel.com/sriov_a", `{"cniVersion":"0.4.0","name":"sriov-a","type":"sriov"}`)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
+	env.CreateNAD(t, ns, "red", "", fmt.Sprintf(bridgeConfig, "red"))
+	env.CreateNAD(t, ns, "sriov-a", "intel.com/sriov_a", `{"cniVersion":"0.4.0","name":"sriov-a","type":"sriov"}`)
 	_, err := createVM(t, env.Client, ns, fmt.Sprintf(`
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine
@@ -134,7 +134,7 @@ spec:
 
 // A malformed annotation is the user's mistake: a 422 naming the annotation.
 func TestMalformedAnnotationIsRefusedWithFieldPath(t *testing.T) {
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	var vm kubevirtv1.VirtualMachine
 	fromYAML(t, plainVM, &vm)
 	vm.Namespace = ns
@@ -145,8 +145,8 @@ func TestMalformedAnnotationIsRefusedWithFieldPath(t *testing.T) {
 
 // Labels changed on UPDATE make a rule match: the network is added then.
 func TestInjectionOnUpdate(t *testing.T) {
-	ns := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
+	ns := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	env.CreateNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
 	restore, err := env.SetConfig(`
 networkRules:
   - name: gold
@@ -175,8 +175,8 @@ networkRules:
 
 // A standalone VMI is mutated on CREATE; a VMI a VM owns is not mutated again.
 func TestStandaloneVMIMutatedOwnedVMIUntouched(t *testing.T) {
-	ns := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
+	ns := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	env.CreateNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
 	vmiYAML := `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance

@@ -21,9 +21,9 @@ const kubeOVNConfig = `{"cniVersion":"0.3.0","type":"kube-ovn","server_socket":"
 // turns legacyLiveMigration on (kube-ovn <= 1.12), so the API server relays
 // kvnet's warning that kube-ovn >= 1.13 ignores it.
 func TestKubeOVNAnnotationsOnTemplate(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
-	createNAD(t, ns, "ovn-b", "", fmt.Sprintf(kubeOVNConfig, `,"provider":"custom.provider.ovn"`))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
+	env.CreateNAD(t, ns, "ovn-b", "", fmt.Sprintf(kubeOVNConfig, `,"provider":"custom.provider.ovn"`))
 	c, warnings := warningClient(t)
 	_, err := createVM(t, c, ns, `
 apiVersion: kubevirt.io/v1
@@ -66,9 +66,9 @@ spec:
 // annotation is refused; asked once by kvnet while the owner wrote another by
 // hand, the validator refuses the second annotation.
 func TestTwoDefaultRoutesRefused(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
-	createNAD(t, ns, "ovn-b", "", fmt.Sprintf(kubeOVNConfig, ""))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
+	env.CreateNAD(t, ns, "ovn-b", "", fmt.Sprintf(kubeOVNConfig, ""))
 	_, err := createVM(t, env.Client, ns, `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine
@@ -109,8 +109,8 @@ spec:
 // A virt-launcher pod, as virt-controller creates it, of a VM kvnet never
 // saw: the pod mutator adds allow_live_migration for its kube-ovn attachment.
 func TestKubeOVNLauncherPodCompleted(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:    ns,
@@ -146,8 +146,8 @@ func TestKubeOVNLauncherPodCompleted(t *testing.T) {
 
 // A pod without KubeVirt's labels is never sent to kvnet, whatever it holds.
 func TestOrdinaryPodUntouched(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "ovn-a", "", fmt.Sprintf(kubeOVNConfig, ""))
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nginx", Annotations: map[string]string{
 			"k8s.v1.cni.cncf.io/networks": "ovn-a",

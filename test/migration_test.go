@@ -330,8 +330,8 @@ func migCounter(t *testing.T, name string, labels map[string]string) float64 {
 // the DaemonSet and a metric, and nothing is left half-allocated; a removed
 // node's address is released and reused.
 func TestMigrationHandlersStickyPerNode(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
   inCluster:
@@ -517,8 +517,8 @@ func byNodeOr(m map[string]netip.Addr, n string, def netip.Addr) netip.Addr {
 // A dual-stack-free IPv6 pool works the same; a dry-run create gets an
 // address in its answer but reserves nothing.
 func TestMigrationIPv6Pool(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
   inCluster:
@@ -571,9 +571,9 @@ migration:
 // failed to create after admission expires. With alsoInCluster each holder
 // also gets an in-cluster address, and a denial leaves none behind.
 func TestMigrationSyncControllersSurgeAndExpiry(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
-	createNAD(t, ns, "crosscluster", "", fmt.Sprintf(bridgeConfig, "crosscluster"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	env.CreateNAD(t, ns, "crosscluster", "", fmt.Sprintf(bridgeConfig, "crosscluster"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
   reservationTimeout: 5s
@@ -720,8 +720,8 @@ migration:
 // nothing is left.
 func TestMigrationTwoReplicasConcurrent(t *testing.T) {
 	const pods = 200
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
   inCluster:
@@ -929,8 +929,8 @@ func migFreePort(t *testing.T) int {
 // naming the field; too few cross-cluster addresses for the holder replicas
 // an error; exactly as many a warning (no spare for a surge).
 func TestMigrationConfigCheckedAgainstCluster(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "crosscluster", "", fmt.Sprintf(bridgeConfig, "crosscluster"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "crosscluster", "", fmt.Sprintf(bridgeConfig, "crosscluster"))
 	migSyncReplicaSet(t, ns, 2)
 	cfg, err := env.SetConfig(fmt.Sprintf(`
 migration:
@@ -977,8 +977,8 @@ migration:
 // is released rather than kept as a second one for the node, and the node's
 // next virt-handler gets the surviving address.
 func TestMigrationHandlerSurgeOnNode(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
   inCluster:

@@ -45,7 +45,7 @@ func piEventually(t *testing.T, what string, f func() error) {
 
 func piPersistentNAD(t *testing.T, ns, name, network string) {
 	t.Helper()
-	createNAD(t, ns, name, "", fmt.Sprintf(piPersistentConfig, network, ns+"/"+name))
+	env.CreateNAD(t, ns, name, "", fmt.Sprintf(piPersistentConfig, network, ns+"/"+name))
 }
 
 // piVmWithNetworks is a running VM with the pod network and one bridge
@@ -278,11 +278,11 @@ func piDeleteAndWait(t *testing.T, obj client.Object) {
 // and the finalizer released when the VM is deleted.
 func TestPersistentIPsVMLifecycle(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	piPersistentNAD(t, ns, "tenant", "tenant-net")
 	piPersistentNAD(t, ns, "hotplug", "hotplug-net")
-	createNAD(t, ns, "plain", "", fmt.Sprintf(bridgeConfig, "plain"))
-	createNAD(t, ns, "doomed", "", fmt.Sprintf(piPersistentConfig, "doomed-net", ns+"/doomed"))
+	env.CreateNAD(t, ns, "plain", "", fmt.Sprintf(bridgeConfig, "plain"))
+	env.CreateNAD(t, ns, "doomed", "", fmt.Sprintf(piPersistentConfig, "doomed-net", ns+"/doomed"))
 
 	vm := piVmWithNetworks(ns, "web", [2]string{"doomed", "doomed"}, [2]string{"tenant", "tenant"}, [2]string{"plain", "plain"})
 	piCreateVM(t, vm)
@@ -372,7 +372,7 @@ func TestPersistentIPsVMLifecycle(t *testing.T) {
 	piDeleteAndWait(t, pod)
 	piDeleteAndWait(t, vmi)
 	// KubeVirt's VMI would be refused while a NAD it names is missing.
-	createNAD(t, ns, "doomed", "", fmt.Sprintf(piPersistentConfig, "doomed-net", ns+"/doomed"))
+	env.CreateNAD(t, ns, "doomed", "", fmt.Sprintf(piPersistentConfig, "doomed-net", ns+"/doomed"))
 	// Start: a new VMI and pod reference the very same claim.
 	vmi2 := piStartVMI(t, &curVM)
 	pod2 := piCreateLauncher(t, vmi2)
@@ -416,7 +416,7 @@ func TestPersistentIPsVMLifecycle(t *testing.T) {
 // gone and no launcher pod of it is active.
 func TestPersistentIPsStandaloneVMI(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	piPersistentNAD(t, ns, "tenant", "tenant-net")
 	tmpl := piVmWithNetworks(ns, "solo", [2]string{"tenant", "tenant"}).Spec.Template
 	vmi := &kubevirtv1.VirtualMachineInstance{
@@ -467,7 +467,7 @@ func TestPersistentIPsStandaloneVMI(t *testing.T) {
 func TestPersistentIPsTwoNamespaces(t *testing.T) {
 	var uids []types.UID
 	for i := 0; i < 2; i++ {
-		ns := newNamespace(t, nil)
+		ns := env.NewNamespace(t, nil)
 		piPersistentNAD(t, ns, "tenant", "tenant-net")
 		vm := piVmWithNetworks(ns, "db", [2]string{"data", "tenant"})
 		piCreateVM(t, vm)
@@ -486,7 +486,7 @@ func TestPersistentIPsTwoNamespaces(t *testing.T) {
 // A VM and network name too long for one object name give a deterministic,
 // valid, shortened claim name, which the pod references.
 func TestPersistentIPsTruncatedName(t *testing.T) {
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	piPersistentNAD(t, ns, "tenant", "tenant-net")
 	vmName := strings.Repeat("v", 63)
 	network := "net-" + strings.Repeat("n", 196)
@@ -507,7 +507,7 @@ func TestPersistentIPsTruncatedName(t *testing.T) {
 // an event on the VM, and the launcher pod does not reference it.
 func TestPersistentIPsForeignClaimNotAdopted(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	piPersistentNAD(t, ns, "tenant", "tenant-net")
 	piPersistentNAD(t, ns, "other", "other-net")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "someone-else"}}
@@ -523,7 +523,7 @@ func TestPersistentIPsForeignClaimNotAdopted(t *testing.T) {
 	if err := env.Client.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	waitCached(t, &ipamv1alpha1.IPAMClaim{}, client.ObjectKeyFromObject(foreign))
+	env.WaitCached(t, &ipamv1alpha1.IPAMClaim{}, client.ObjectKeyFromObject(foreign))
 	vm := piVmWithNetworks(ns, "app", [2]string{"tenant", "tenant"}, [2]string{"other", "other"})
 	piCreateVM(t, vm)
 	piWaitClaim(t, ns, "app.other", "VirtualMachine", "app", vm.UID, "other-net", "other")
@@ -564,9 +564,9 @@ func TestPersistentIPsForeignClaimNotAdopted(t *testing.T) {
 // gets a warning.
 func TestPersistentIPsValidation(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "plain", "", fmt.Sprintf(bridgeConfig, "plain"))
-	createNAD(t, ns, "bridgy", "", `{"cniVersion":"0.4.0","name":"bridgy","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"host-local","subnet":"10.9.0.0/24"}}`)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "plain", "", fmt.Sprintf(bridgeConfig, "plain"))
+	env.CreateNAD(t, ns, "bridgy", "", `{"cniVersion":"0.4.0","name":"bridgy","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"host-local","subnet":"10.9.0.0/24"}}`)
 	piPersistentNAD(t, ns, "tenant", "tenant-net")
 
 	bad := piVmWithNetworks(ns, "bad")
@@ -605,7 +605,7 @@ func TestPersistentIPsValidation(t *testing.T) {
 // suite's config.
 func TestPersistentIPsDisabled(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	piPersistentNAD(t, ns, "tenant", "tenant-net")
 	restore, err := env.SetConfig(testConfig + "persistentIPs: {enabled: false}\n")
 	if err != nil {
@@ -629,8 +629,8 @@ func TestPersistentIPsDisabled(t *testing.T) {
 // its claim: NAD events reach the VMs that attach the NAD.
 func TestPersistentIPsNADAllowsLater(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
-	nad := createNAD(t, ns, "tenant", "", `{"cniVersion":"1.0.0","name":"tenant-net","type":"ovn-k8s-cni-overlay","topology":"layer2"}`)
+	ns := env.NewNamespace(t, nil)
+	nad := env.CreateNAD(t, ns, "tenant", "", `{"cniVersion":"1.0.0","name":"tenant-net","type":"ovn-k8s-cni-overlay","topology":"layer2"}`)
 	vm := piVmWithNetworks(ns, "late", [2]string{"data", "tenant"})
 	piCreateVM(t, vm)
 	if _, err := piGetClaim(ns, "late.data"); !apierrors.IsNotFound(err) {

@@ -156,7 +156,7 @@ func proxyRoundTrip(addr string, size int) error {
 // and its relays.
 func TestProxyDecentralizedMigration(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	proxyRegisterWebhook(t, ns)
 	proxyAddr := proxyAddress(t)
 
@@ -212,7 +212,7 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 	if err := env.Client.Status().Update(ctx, vmim); err != nil {
 		t.Fatalf("setting the VMIM phase: %v", err)
 	}
-	waitCached(t, &kubevirtv1.VirtualMachineInstanceMigration{}, client.ObjectKeyFromObject(vmim))
+	env.WaitCached(t, &kubevirtv1.VirtualMachineInstanceMigration{}, client.ObjectKeyFromObject(vmim))
 
 	// syncWrite is the source synchronization controller's sync: targetState
 	// copied from the target and the top-level fields overwritten from it,
@@ -444,7 +444,7 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 // owns, keep what was written.
 func TestProxyLeavesNonSourcesAlone(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	proxyRegisterWebhook(t, ns)
 	ports := map[string]int{"40001": 0, "40002": 49152}
 

@@ -268,7 +268,7 @@ func TestProxyTwoClusters(t *testing.T) {
 				t.Fatal(err)
 			}
 			startProxy(t, mgrA)
-			ns := newNamespace(t, nil)
+			ns := env.NewNamespace(t, nil)
 			proxyRegisterWebhook(t, ns)
 			vmi := &kubevirtv1.VirtualMachineInstance{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1"},
@@ -281,7 +281,7 @@ func TestProxyTwoClusters(t *testing.T) {
 					SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: migID, ConnectURL: "127.0.0.1:9185"}},
 			}
 			mustCreate(t, env.Client, vmim)
-			waitCached(t, &kubevirtv1.VirtualMachineInstanceMigration{}, client.ObjectKeyFromObject(vmim))
+			env.WaitCached(t, &kubevirtv1.VirtualMachineInstanceMigration{}, client.ObjectKeyFromObject(vmim))
 			// The source synchronization controller's write: targetState
 			// copied from cluster B, top-level fields overwritten from it.
 			syncWrite := func() (*kubevirtv1.VirtualMachineInstanceMigrationState, error) {

@@ -34,8 +34,8 @@ var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1
 func TestFieldOfNewerKubeVirtSurvivesKvnet(t *testing.T) {
 	ctx := context.Background()
 	installNewerVMICRD(t)
-	ns := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, ns, "storage", "", `{"cniVersion":"0.4.0","name":"storage","type":"bridge"}`)
+	ns := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	env.CreateNAD(t, ns, "storage", "", `{"cniVersion":"0.4.0","name":"storage","type":"bridge"}`)
 	var u unstructured.Unstructured
 	if err := json.Unmarshal([]byte(`{
   "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",

@@ -10,10 +10,10 @@ import (
 
 // Each class of mistake comes back as a 422 whose cause names the field.
 func TestValidationErrors(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
-	createNAD(t, ns, "vf", "intel.com/sriov_a", `{"cniVersion":"0.4.0","name":"vf","type":"sriov"}`)
-	createNAD(t, ns, "broken", "", `{"cniVersion": "0.4.0", "name": `)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
+	env.CreateNAD(t, ns, "vf", "intel.com/sriov_a", `{"cniVersion":"0.4.0","name":"vf","type":"sriov"}`)
+	env.CreateNAD(t, ns, "broken", "", `{"cniVersion": "0.4.0", "name": `)
 	vm := func(name, ifaces, nets string) string {
 		return fmt.Sprintf(`
 apiVersion: kubevirt.io/v1
@@ -60,8 +60,8 @@ spec:
 // On UPDATE an error the stored VM already had does not block the edit:
 // the NAD of a running VM was deleted, and the owner can still relabel it.
 func TestUpdateRatchetsExistingErrors(t *testing.T) {
-	ns := newNamespace(t, nil)
-	nad := createNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
+	ns := env.NewNamespace(t, nil)
+	nad := env.CreateNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
 	if _, err := createVM(t, env.Client, ns, `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine
@@ -100,8 +100,8 @@ spec:
 // A terminating VM whose finalizer is being removed is never refused, even
 // when it would no longer validate: otherwise it stays Terminating forever.
 func TestTerminatingVMNotBlocked(t *testing.T) {
-	ns := newNamespace(t, nil)
-	nad := createNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
+	ns := env.NewNamespace(t, nil)
+	nad := env.CreateNAD(t, ns, "blue", "", fmt.Sprintf(bridgeConfig, "blue"))
 	vm, err := createVM(t, env.Client, ns, `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine

@@ -30,8 +30,8 @@ spec:
 // multiqueue; the client is warned the VM cannot live-migrate.
 func TestVDPAAttachmentSpecAndWarning(t *testing.T) {
 	setKubeVirt(t, vdpaKubeVirt(false))
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "vdpa-net", "jaguarmicro.com/jaguar", vdpaNADConfig)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "vdpa-net", "jaguarmicro.com/jaguar", vdpaNADConfig)
 	c, warnings := warningClient(t)
 	if _, err := createVM(t, c, ns, vdpaVM); err != nil {
 		t.Fatal(err)
@@ -74,8 +74,8 @@ func TestVDPAAttachmentSpecAndWarning(t *testing.T) {
 
 // What cannot work is refused with the field that is wrong.
 func TestVDPARefusals(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "vdpa-net", "jaguarmicro.com/jaguar", vdpaNADConfig)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "vdpa-net", "jaguarmicro.com/jaguar", vdpaNADConfig)
 
 	t.Run("plugin missing from the KubeVirt CR", func(t *testing.T) {
 		setKubeVirt(t, kubevirtv1.KubeVirtSpec{})

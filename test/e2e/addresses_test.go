@@ -10,8 +10,8 @@ import (
 // pod, and kvnet's pod webhook puts ips, mac and cni-args into the
 // network's Multus selection element.
 func TestAddressRequestReachesLauncherPod(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "lan", "", `{"cniVersion":"0.4.0","name":"lan","type":"bridge","bridge":"br1","ipam":{"type":"static","subnet":"10.10.0.0/24"}}`)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "lan", "", `{"cniVersion":"0.4.0","name":"lan","type":"bridge","bridge":"br1","ipam":{"type":"static","subnet":"10.10.0.0/24"}}`)
 	mustCreateVM(t, ns, vmYAML("db", "", "",
 		`kvnet.io/networks: '[{"name":"lan","nad":"lan","ips":["10.10.0.5/24"],"mac":"02:00:00:00:00:05","cniArgs":{"vlan":"7"}}]'`))
 

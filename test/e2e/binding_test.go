@@ -20,8 +20,8 @@ import (
 // happens without kvnet (the VM opted out with kvnet.io/skip), so that the
 // second half is a claim about the real KubeVirt, not about an assumption.
 func TestUnknownBindingPluginRefusedBeforeKubeVirtStrandsTheVM(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "net1", "", fmt.Sprintf(bridgeConfig, "net1"))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "net1", "", fmt.Sprintf(bridgeConfig, "net1"))
 	iface := "\n            - {name: net1, binding: {name: nosuchplugin}}"
 	net := "\n        - {name: net1, multus: {networkName: net1}}"
 

@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -26,48 +23,6 @@ const memLockGate = "ReservedOverheadMemlock"
 // waitTimeout bounds the waits on KubeVirt's controllers: they answer in
 // well under a second on an idle machine, but CI machines are shared.
 const waitTimeout = 60 * time.Second
-
-var nsCounter atomic.Int32
-
-// newNamespace creates a namespace for one test and deletes it afterwards.
-func newNamespace(t *testing.T, labels map[string]string) string {
-	t.Helper()
-	name := fmt.Sprintf("e%d-%s", nsCounter.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
-	if len(name) > 63 {
-		name = strings.TrimRight(name[:63], "-")
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatalf("creating namespace: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
-	waitCached(t, &corev1.Namespace{}, client.ObjectKey{Name: name})
-	return name
-}
-
-// createNAD creates a NAD and waits until kvnet's cache has it.
-func createNAD(t *testing.T, ns, name, resourceName, config string) {
-	t.Helper()
-	nad := &nadv1.NetworkAttachmentDefinition{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: config},
-	}
-	if resourceName != "" {
-		nad.Annotations = map[string]string{"k8s.v1.cni.cncf.io/resourceName": resourceName}
-	}
-	if err := env.Client.Create(context.Background(), nad); err != nil {
-		t.Fatalf("creating NAD %s/%s: %v", ns, name, err)
-	}
-	waitCached(t, &nadv1.NetworkAttachmentDefinition{}, client.ObjectKeyFromObject(nad))
-}
-
-// waitCached waits until kvnet's informer cache holds the object.
-func waitCached(t *testing.T, obj client.Object, key client.ObjectKey) {
-	t.Helper()
-	framework.Eventually(t, fmt.Sprintf("%T %s in kvnet's cache", obj, key), waitTimeout, func() error {
-		return env.Manager.GetCache().Get(context.Background(), key, obj)
-	})
-}
 
 // vmYAML is a VM as a user writes it: the pod network, a container disk,
 // runStrategy Always so that virt-controller starts it at once.
@@ -196,7 +151,7 @@ func updateKubeVirt(t *testing.T, change func(*kubevirtv1.KubeVirtSpec)) {
 	if err := env.Client.Update(ctx, &kv); err != nil {
 		t.Fatalf("updating the KubeVirt CR: %v", err)
 	}
-	framework.Eventually(t, "kvnet's cache has KubeVirt CR version "+kv.ResourceVersion, waitTimeout, func() error {
+	framework.Eventually(t, "kvnet's cache has KubeVirt CR version "+kv.ResourceVersion, framework.CacheTimeout, func() error {
 		var cached kubevirtv1.KubeVirt
 		if err := env.Manager.GetCache().Get(ctx, key, &cached); err != nil {
 			return err

@@ -19,8 +19,8 @@ const bridgeConfig = `{"cniVersion":"0.4.0","name":"%s","type":"bridge","bridge"
 // the virt-launcher pod's Multus annotation, under the pod interface name
 // KubeVirt gives a secondary network.
 func TestRuleInjectionReachesLauncherPod(t *testing.T) {
-	ns := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
+	ns := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	env.CreateNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
 	mustCreateVM(t, ns, vmYAML("db", "", "", ""))
 
 	var vm kubevirtv1.VirtualMachine
@@ -59,8 +59,8 @@ func TestRuleInjectionReachesLauncherPod(t *testing.T) {
 // kvnet writes it out before adding the rule's network (KubeVirt stops
 // adding it once any network is declared), and virt-api accepts the result.
 func TestVMWithoutNetworksKeepsPodNetwork(t *testing.T) {
-	ns := newNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
-	createNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
+	ns := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	env.CreateNAD(t, ns, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
 	y := strings.NewReplacer(
 		"          interfaces:\n            - {name: default, masquerade: {}}\n", "",
 		"      networks:\n        - {name: default, pod: {}}\n", "",

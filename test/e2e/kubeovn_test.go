@@ -10,9 +10,9 @@ const kubeOVNConfig = `{"cniVersion":"0.3.0","type":"kube-ovn","server_socket":"
 // copies template annotations to the VMI and from there to the real
 // virt-launcher pod, where kube-ovn reads them.
 func TestKubeOVNAnnotationsReachLauncherPod(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "ovn-a", "", kubeOVNConfig)
-	createNAD(t, ns, "ovn-b", "", kubeOVNConfig)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "ovn-a", "", kubeOVNConfig)
+	env.CreateNAD(t, ns, "ovn-b", "", kubeOVNConfig)
 	mustCreateVM(t, ns, vmYAML("web", "", "",
 		`kvnet.io/networks: '[{"name":"a","nad":"ovn-a"},{"name":"b","nad":"ovn-b","defaultRoute":true}]'`))
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -23,7 +24,7 @@ const persistentConfig = `{"cniVersion":"1.0.0","name":"%s","type":"ovn-k8s-cni-
 
 func persistentNAD(t *testing.T, ns, name string) {
 	t.Helper()
-	createNAD(t, ns, name, "", fmt.Sprintf(persistentConfig, name+"-net", ns+"/"+name))
+	env.CreateNAD(t, ns, name, "", fmt.Sprintf(persistentConfig, name+"-net", ns+"/"+name))
 }
 
 // claimRefs maps each NAD of the pod's Multus annotation to its
@@ -51,7 +52,7 @@ func waitClaim(t *testing.T, ns, name string) *ipamv1alpha1.IPAMClaim {
 // renders, on the element of the persistent network, and the claim kvnet
 // keeps for the VM names the interface KubeVirt really gave that element.
 func TestClaimReferenceInRealLauncherPod(t *testing.T) {
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	persistentNAD(t, ns, "tenant")
 	mustCreateVM(t, ns, vmYAML("db", "\n            - {name: blue, bridge: {}}", "\n        - {name: blue, multus: {networkName: tenant}}", ""))
 
@@ -77,7 +78,7 @@ func TestClaimReferenceInRealLauncherPod(t *testing.T) {
 // VirtualMachineInstanceMigration, gets the same claim reference as the
 // source pod: the migrated VM keeps its address.
 func TestMigrationTargetPodKeepsClaimReference(t *testing.T) {
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	persistentNAD(t, ns, "tenant")
 	mustCreateVM(t, ns, vmYAML("mig", "\n            - {name: blue, bridge: {}}", "\n        - {name: blue, multus: {networkName: tenant}}", ""))
 	vmi := waitVMI(t, ns, "mig")
@@ -119,7 +120,7 @@ func TestMigrationTargetPodKeepsClaimReference(t *testing.T) {
 // pod that has it, or by rewriting the pod's annotation), and kvnet puts the
 // new network's claim reference there while keeping the first one.
 func TestHotpluggedNetworkGetsClaimReference(t *testing.T) {
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	persistentNAD(t, ns, "tenant")
 	persistentNAD(t, ns, "extra")
 	mustCreateVM(t, ns, vmYAML("hot", "\n            - {name: blue, bridge: {}}", "\n        - {name: blue, multus: {networkName: tenant}}", ""))
@@ -176,10 +177,13 @@ func TestHotpluggedNetworkGetsClaimReference(t *testing.T) {
 	}
 }
 
+// nodeCounter keeps the Node names of one run apart.
+var nodeCounter atomic.Int32
+
 // nodeNames creates two schedulable Nodes for one test.
 func nodeNames(t *testing.T) (string, string) {
 	t.Helper()
-	n := nsCounter.Add(1)
+	n := nodeCounter.Add(1)
 	var names [2]string
 	for i := range names {
 		names[i] = fmt.Sprintf("node-%d-%d", n, i)

@@ -28,8 +28,8 @@ func vdpaVM(name, annotations string) string {
 // from kvnet; virt-api (with the memLock feature gate on) admits the result
 // and virt-controller renders the plugin's sidecar into the launcher pod.
 func TestVDPAVMStartsUnderVirtAPI(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "vdpa-net", "jaguarmicro.com/vdpa", vdpaNADConfig)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "vdpa-net", "jaguarmicro.com/vdpa", vdpaNADConfig)
 	mustCreateVM(t, ns, vdpaVM("fast", ""))
 
 	var vm kubevirtv1.VirtualMachine
@@ -67,8 +67,8 @@ func TestVDPAVMStartsUnderVirtAPI(t *testing.T) {
 // therefore refuses the VM itself, naming the gate to enable, instead of
 // writing a memLock that virt-api then refuses with no word about vDPA.
 func TestVDPAWithoutMemLockGateIsRefusedByKvnet(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "vdpa-net", "jaguarmicro.com/vdpa", vdpaNADConfig)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "vdpa-net", "jaguarmicro.com/vdpa", vdpaNADConfig)
 	updateKubeVirt(t, func(s *kubevirtv1.KubeVirtSpec) { s.Configuration.DeveloperConfiguration.FeatureGates = nil })
 	t.Cleanup(func() {
 		updateKubeVirt(t, func(s *kubevirtv1.KubeVirtSpec) {
