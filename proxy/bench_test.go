@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvnet/kvnet/certs/certstest"
 )
 
 // sinkServer discards everything each connection sends and closes when the
@@ -96,7 +98,7 @@ func BenchmarkChain(b *testing.B) {
 	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
 		for _, n := range []int{1, 5, 50} {
 			b.Run(fmt.Sprintf("%s/streams=%d", mode, n), func(b *testing.B) {
-				a, p := newPKI(b, "cluster-a"), newPKI(b, "cluster-b")
+				a, p := certstest.New(b, "cluster-a"), certstest.New(b, "cluster-b")
 				direct := listenOn(b, "127.0.0.1")
 				sinkServer(b, direct, false)
 				ch := startChain(b, a, p, chainOpts{mode: mode, targetHost: "127.0.0.1", targetPorts: []string{portOf(direct.Addr())}, limiter: &Limiter{Max: 1}})
@@ -130,7 +132,7 @@ func BenchmarkChain(b *testing.B) {
 func BenchmarkChainLatency(b *testing.B) {
 	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
 		b.Run(mode.String(), func(b *testing.B) {
-			a, p := newPKI(b, "cluster-a"), newPKI(b, "cluster-b")
+			a, p := certstest.New(b, "cluster-a"), certstest.New(b, "cluster-b")
 			echo := listenOn(b, "127.0.0.1")
 			sinkServer(b, echo, true)
 			ch := startChain(b, a, p, chainOpts{mode: mode, targetHost: "127.0.0.1", targetPorts: []string{portOf(echo.Addr())}})

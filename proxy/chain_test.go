@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -19,35 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"github.com/kvnet/kvnet/certs"
+	"github.com/kvnet/kvnet/certs/certstest"
 )
-
-// pki is one cluster's proxy CA and certificate.
-type pki struct {
-	ca   *certs.KeyPair
-	cert tls.Certificate
-	pool *x509.CertPool
-}
-
-func newPKI(t testing.TB, name string) *pki {
-	t.Helper()
-	now := time.Now()
-	ca, err := certs.NewCA(name+"-proxy-ca", now, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := certs.NewPeer(ca, []string{name}, nil, now, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	return &pki{ca: ca, cert: cert, pool: pool}
-}
 
 // staticResolver answers for the migrations it holds.
 type staticResolver struct {
@@ -105,7 +76,7 @@ type chainOpts struct {
 	idle        time.Duration
 }
 
-func startChain(t testing.TB, src, dst *pki, o chainOpts) *chain {
+func startChain(t testing.TB, src, dst *certstest.PKI, o chainOpts) *chain {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -115,8 +86,8 @@ func startChain(t testing.TB, src, dst *pki, o chainOpts) *chain {
 	}
 	ch := &chain{refusals: make(chan Refusal, 64)}
 	ch.target = &TargetServer{
-		Cert:     dst.cert,
-		Peers:    []*Peer{{Name: "cluster-a", CAs: src.pool}},
+		Cert:     dst.Cert,
+		Peers:    []*Peer{{Name: "cluster-a", CAs: src.Pool}},
 		Resolver: &staticResolver{eps: map[string]Endpoint{"mig-1": {Address: o.targetHost, Ports: ports}}},
 		Limiter:  o.limiter, IdleTimeout: o.idle,
 		OnRefused: func(_ string, r Refusal) { ch.refusals <- r },
@@ -126,8 +97,8 @@ func startChain(t testing.TB, src, dst *pki, o chainOpts) *chain {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = ch.target.Serve(ctx, hop) }()
 
-	peer := &Peer{Name: "cluster-b", Addresses: []string{ch.hopAddr}, CAs: dst.pool}
-	d := &Dialer{Cert: src.cert, Mode: o.mode}
+	peer := &Peer{Name: "cluster-b", Addresses: []string{ch.hopAddr}, CAs: dst.Pool}
+	d := &Dialer{Cert: src.Cert, Mode: o.mode}
 	port, _ := strconv.Atoi(o.targetPorts[0])
 	r := &Relay{
 		MigrationID: "mig-1", IdleTimeout: o.idle,
@@ -218,7 +189,7 @@ func TestChainByteExact(t *testing.T) {
 	size := bigSize(t)
 	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
-			a, b := newPKI(t, "cluster-a"), newPKI(t, "cluster-b")
+			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			tln := listenOn(t, "127.0.0.1")
 			ch := startChain(t, a, b, chainOpts{mode: mode, targetHost: "127.0.0.1", targetPorts: []string{portOf(tln.Addr())}})
 			res := hashPeer(t, tln, size, 2)
@@ -263,7 +234,7 @@ func TestChainByteExact(t *testing.T) {
 func TestChainHalfClose(t *testing.T) {
 	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
-			a, b := newPKI(t, "cluster-a"), newPKI(t, "cluster-b")
+			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			tln := listenOn(t, "127.0.0.1")
 			ch := startChain(t, a, b, chainOpts{mode: mode, targetHost: "127.0.0.1", targetPorts: []string{portOf(tln.Addr())}})
 			tail := bytes.Repeat([]byte("after-eof "), 100000)
@@ -310,7 +281,7 @@ func TestChainPeerResetNoLeak(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
-			a, b := newPKI(t, "cluster-a"), newPKI(t, "cluster-b")
+			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			tln := listenOn(t, "127.0.0.1")
 			ch := startChain(t, a, b, chainOpts{mode: mode, targetHost: "127.0.0.1", targetPorts: []string{portOf(tln.Addr())}})
 			reset := make(chan struct{})
@@ -352,7 +323,7 @@ func TestChainPeerResetNoLeak(t *testing.T) {
 func TestChainSlowReader(t *testing.T) {
 	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
-			a, b := newPKI(t, "cluster-a"), newPKI(t, "cluster-b")
+			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			tln := listenOn(t, "127.0.0.1")
 			ch := startChain(t, a, b, chainOpts{mode: mode, targetHost: "127.0.0.1", targetPorts: []string{portOf(tln.Addr())}})
 			const size = 16 << 20
@@ -403,7 +374,7 @@ func TestChainSlowReader(t *testing.T) {
 func TestChainTargetRefused(t *testing.T) {
 	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
-			a, b := newPKI(t, "cluster-a"), newPKI(t, "cluster-b")
+			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			dead := listenOn(t, "127.0.0.1")
 			port := portOf(dead.Addr())
 			_ = dead.Close()

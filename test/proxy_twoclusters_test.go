@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -29,37 +28,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/kvnet/kvnet/certs"
+	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/proxy"
 	"github.com/kvnet/kvnet/test/framework"
 )
-
-// tcPKI is a CA with one leaf certificate issued for name, both uses.
-type tcPKI struct {
-	cert tls.Certificate
-	pool *x509.CertPool
-}
-
-func newTCPKI(t *testing.T, name string) *tcPKI {
-	t.Helper()
-	now := time.Now()
-	ca, err := certs.NewCA(name+"-ca", now, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := certs.NewPeer(ca, []string{name}, nil, now, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	return &tcPKI{cert: cert, pool: pool}
-}
 
 // refusedCount reads kvnet_proxy_refused_total{side, reason} from the
 // registry both proxies of the test export to.
@@ -111,10 +84,10 @@ type fakeTargetHandler struct {
 	clientCN chan string
 }
 
-func newFakeTargetHandler(t *testing.T, kv *tcPKI) *fakeTargetHandler {
+func newFakeTargetHandler(t *testing.T, kv *certstest.PKI) *fakeTargetHandler {
 	t.Helper()
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{kv.cert}, ClientCAs: kv.pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13,
+		Certificates: []tls.Certificate{kv.Cert}, ClientCAs: kv.Pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -146,9 +119,9 @@ func (h *fakeTargetHandler) port() string { return strconv.Itoa(h.ln.Addr().(*ne
 
 // fakeSourceStream is the source virt-handler's stream: mutual TLS with
 // KubeVirt's CA to addr, size random bytes echoed back and compared.
-func fakeSourceStream(addr string, kv *tcPKI, size int) error {
+func fakeSourceStream(addr string, kv *certstest.PKI, size int) error {
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{
-		Certificates: []tls.Certificate{kv.cert}, RootCAs: kv.pool, ServerName: "kubevirt-handler", MinVersion: tls.VersionTLS13,
+		Certificates: []tls.Certificate{kv.Cert}, RootCAs: kv.Pool, ServerName: "kubevirt-handler", MinVersion: tls.VersionTLS13,
 	})
 	if err != nil {
 		return fmt.Errorf("inner TLS through the proxies: %w", err)
@@ -202,12 +175,12 @@ func TestProxyTwoClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Stop)
-	kv := newTCPKI(t, "kubevirt-handler") // KubeVirt's own migration CA, shared by the fake handlers
+	kv := certstest.New(t, "kubevirt-handler") // KubeVirt's own migration CA, shared by the fake handlers
 
 	for _, mode := range []proxy.Mode{proxy.ModeTLS, proxy.ModeAuthenticated} {
 		t.Run(mode.String(), func(t *testing.T) {
 			ctx := context.Background()
-			pa, pb, pc, px := newTCPKI(t, "cluster-a"), newTCPKI(t, "cluster-b"), newTCPKI(t, "cluster-c"), newTCPKI(t, "intruder")
+			pa, pb, pc, px := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b"), certstest.New(t, "cluster-c"), certstest.New(t, "intruder")
 			migID := "mig-" + mode.String()
 			control, direct := newFakeTargetHandler(t, kv), newFakeTargetHandler(t, kv)
 			ports := map[string]int{control.port(): 0, direct.port(): 49152}
@@ -247,8 +220,8 @@ func TestProxyTwoClusters(t *testing.T) {
 				t.Fatal(err)
 			}
 			mgrB, err := app.NewProxyManager(b.Config, app.ProxyOptions{
-				AdvertiseAddress: tgtAdvertise, HopListener: hop, Cert: pb.cert,
-				Peers:         []*proxy.Peer{{Name: "cluster-a", CAs: pa.pool}, {Name: "cluster-c", CAs: pc.pool}},
+				AdvertiseAddress: tgtAdvertise, HopListener: hop, Cert: pb.Cert,
+				Peers:         []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}, {Name: "cluster-c", CAs: pc.Pool}},
 				MaxMigrations: 1, QueueWait: 300 * time.Millisecond,
 				MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace,
 			})
@@ -258,9 +231,9 @@ func TestProxyTwoClusters(t *testing.T) {
 			startProxy(t, mgrB)
 
 			// Cluster A, the source: kvnet's rewrite, the source VMI and VMIM.
-			peerB := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.pool}
+			peerB := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool}
 			mgrA, err := app.NewProxyManager(env.Config, app.ProxyOptions{
-				AdvertiseAddress: srcAddr, Cert: pa.cert, Mode: mode, Peers: []*proxy.Peer{peerB},
+				AdvertiseAddress: srcAddr, Cert: pa.Cert, Mode: mode, Peers: []*proxy.Peer{peerB},
 				AllowedSources: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 				MetricsAddr:    "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace,
 			})
@@ -373,10 +346,10 @@ func TestProxyTwoClusters(t *testing.T) {
 				return err
 			}
 			refusedBy("an untrusted peer certificate", "target", proxy.RefusedUntrustedPeer, func() error {
-				return dialAs(px.cert, migID, direct.port())
+				return dialAs(px.Cert, migID, direct.port())
 			})
 			refusedBy("no client certificate", "target", proxy.RefusedNoCertificate, func() error {
-				c, err := tls.Dial("tcp", hop.Addr().String(), &tls.Config{RootCAs: pb.pool, ServerName: "cluster-b", MinVersion: tls.VersionTLS13})
+				c, err := tls.Dial("tcp", hop.Addr().String(), &tls.Config{RootCAs: pb.Pool, ServerName: "cluster-b", MinVersion: tls.VersionTLS13})
 				if err != nil {
 					return err
 				}
@@ -390,22 +363,22 @@ func TestProxyTwoClusters(t *testing.T) {
 				return nil
 			})
 			refusedBy("an unknown migration ID", "target", proxy.RefusedUnknownMigration, func() error {
-				return wantReason(proxy.RefusedUnknownMigration, dialAs(pa.cert, "no-such-migration", direct.port()))
+				return wantReason(proxy.RefusedUnknownMigration, dialAs(pa.Cert, "no-such-migration", direct.port()))
 			})
 			refusedBy("a port the migration did not announce", "target", proxy.RefusedPort, func() error {
-				return wantReason(proxy.RefusedPort, dialAs(pa.cert, migID, "1"))
+				return wantReason(proxy.RefusedPort, dialAs(pa.Cert, migID, "1"))
 			})
 			refusedBy("a second trusted peer reusing the migration ID", "target", proxy.RefusedOtherPeer, func() error {
-				return wantReason(proxy.RefusedOtherPeer, dialAs(pc.cert, migID, direct.port()))
+				return wantReason(proxy.RefusedOtherPeer, dialAs(pc.Cert, migID, direct.port()))
 			})
 			// Over the cap (1 on B): hold a stream of the first migration
 			// open, then ask for the second.
-			held, err := (&proxy.Dialer{Cert: pa.cert, Mode: mode}).Dial(ctx, peerB, migID, uint16(mustAtoi(t, direct.port())))
+			held, err := (&proxy.Dialer{Cert: pa.Cert, Mode: mode}).Dial(ctx, peerB, migID, uint16(mustAtoi(t, direct.port())))
 			if err != nil {
 				t.Fatalf("holding a stream: %v", err)
 			}
 			refusedBy("a migration over the cap", "target", proxy.RefusedOverCap, func() error {
-				return wantReason(proxy.RefusedOverCap, dialAs(pa.cert, migID+"-2", direct.port()))
+				return wantReason(proxy.RefusedOverCap, dialAs(pa.Cert, migID+"-2", direct.port()))
 			})
 			held.Close()
 			refusedBy("a client outside the allowed range", "source", proxy.RefusedSourceRange, func() error {
