@@ -1,19 +1,15 @@
 package main
 
 import (
-	"archive/tar"
 	"bufio"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/kvnet/kvnet/hack/image/imagetest"
 )
 
 // Two platforms give an OCI index with one image per platform, each with
@@ -40,66 +36,30 @@ func TestBuildMultiPlatform(t *testing.T) {
 		t.Errorf("second build: %v, %v; want the same digest %v", again, err, digest)
 	}
 
-	lp, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
+	idx, got := imagetest.Index(t, dir, "1.2.3")
+	if got != digest {
+		t.Fatalf("layout names index %v; Build returned %v", got, digest)
 	}
-	top, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
+	images := imagetest.Images(t, idx)
+	if len(images) != 2 {
+		t.Fatalf("index holds %d images; want one for each of the 2 platforms", len(images))
 	}
-	topm, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(topm.Manifests) != 1 || topm.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "1.2.3" || topm.Manifests[0].Digest != digest {
-		t.Fatalf("layout index.json = %+v: want one index named by the tag 1.2.3", topm.Manifests)
-	}
-	idx, err := top.ImageIndex(digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if im.MediaType != "application/vnd.oci.image.index.v1+json" || len(im.Manifests) != 2 {
-		t.Fatalf("index: media type %s, %d manifests; want an OCI index of 2", im.MediaType, len(im.Manifests))
-	}
-	for _, d := range im.Manifests {
-		plat := d.Platform.String()
-		img, err := idx.Image(d.Digest)
-		if err != nil {
-			t.Fatal(err)
+	for plat, img := range images {
+		cf := imagetest.Config(t, plat, img, "1.2.3")
+		if cf.Config.User != User {
+			t.Errorf("%s: user %q, want %s", plat, cf.Config.User, User)
 		}
-		cf, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cf.Platform().String() != plat {
-			t.Errorf("%s: config platform %s", plat, cf.Platform())
-		}
-		if got := cf.Config.Entrypoint; len(got) != 1 || got[0] != "/kvnet" {
-			t.Errorf("%s: entrypoint %v", plat, got)
-		}
-		if cf.Config.User != "65532:65532" {
-			t.Errorf("%s: user %q, want 65532:65532", plat, cf.Config.User)
-		}
-		if cf.Config.Labels["org.opencontainers.image.version"] != "1.2.3" || cf.Config.Labels["org.opencontainers.image.revision"] != "abc" {
+		if cf.Config.Labels["org.opencontainers.image.revision"] != "abc" {
 			t.Errorf("%s: labels %v", plat, cf.Config.Labels)
 		}
-		files := filesOf(t, img)
-		if files["kvnet"].content != "binary for "+plat || files["kvnet"].mode != 0o755 {
+		files := imagetest.Files(t, img)
+		if files["kvnet"].Content != "binary for "+plat || files["kvnet"].Mode != 0o755 {
 			t.Errorf("%s: /kvnet = %+v", plat, files["kvnet"])
 		}
-		if !strings.Contains(files["etc/passwd"].content, ":65532:65532:") {
-			t.Errorf("%s: /etc/passwd lacks the nonroot user: %q", plat, files["etc/passwd"].content)
+		if !strings.Contains(files["etc/passwd"].Content, ":65532:65532:") {
+			t.Errorf("%s: /etc/passwd lacks the nonroot user: %q", plat, files["etc/passwd"].Content)
 		}
-		for name := range files {
-			if strings.HasPrefix(name, "bin/") || strings.HasSuffix(name, "/sh") {
-				t.Errorf("%s: image contains %s; want no shell", plat, name)
-			}
-		}
+		imagetest.NoShell(t, plat, files)
 	}
 }
 
@@ -163,32 +123,5 @@ func TestDockerfileMatchesBuild(t *testing.T) {
 	}
 	if strings.Contains(joined, "RUN ") {
 		t.Errorf("Dockerfile's final stage runs a command; the image has no shell:\n%s", joined)
-	}
-}
-
-type file struct {
-	content string
-	mode    int64
-}
-
-func filesOf(t *testing.T, img v1.Image) map[string]file {
-	t.Helper()
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	files := map[string]file{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name] = file{string(data), h.Mode}
 	}
 }

@@ -5,24 +5,24 @@
 package image
 
 import (
-	"archive/tar"
 	"bytes"
 	"debug/elf"
 	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	appsv1 "k8s.io/api/apps/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvnet/kvnet/hack/image/imagetest"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -110,78 +110,27 @@ func TestMakeImage(t *testing.T) {
 	// dependencies once more with CGO_ENABLED=0; the build cache keeps them.
 	command(t, "make", "-s", "image", "IMAGE_LAYOUT="+dir, "IMAGE_BUILD="+filepath.Join(tmp, "build"), "PLATFORMS="+plat)
 
-	lp, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
+	idx, _ := imagetest.Index(t, dir, appVersion(t))
+	images := imagetest.Images(t, idx)
+	img, ok := images[plat]
+	if len(images) != 1 || !ok {
+		t.Fatalf("image index holds images for %v; want one for %s", slices.Collect(maps.Keys(images)), plat)
 	}
-	top, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tm.Manifests) != 1 || tm.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != appVersion(t) {
-		t.Fatalf("layout index.json: %+v; want one entry tagged %s", tm.Manifests, appVersion(t))
-	}
-	idx, err := top.ImageIndex(tm.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(im.Manifests) != 1 || im.Manifests[0].Platform == nil || im.Manifests[0].Platform.String() != plat {
-		t.Fatalf("image index: %+v; want one image for %s", im.Manifests, plat)
-	}
-	img, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ep := cf.Config.Entrypoint; len(ep) != 1 || ep[0] != "/kvnet" {
-		t.Errorf("entrypoint %v, want [/kvnet]", ep)
-	}
-	if u := cf.Config.User; u == "" || u == "0" || u == "root" || strings.HasPrefix(u, "0:") {
-		t.Errorf("user %q: want a non-root user", u)
-	}
-	if cf.Config.Labels["org.opencontainers.image.version"] != appVersion(t) {
-		t.Errorf("version label %q", cf.Config.Labels["org.opencontainers.image.version"])
-	}
+	imagetest.Config(t, plat, img, appVersion(t))
 
-	// Take /kvnet out of the image's filesystem; look for a shell on the way.
-	var binary []byte
-	tr := tar.NewReader(mutate.Extract(img))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch name := strings.TrimPrefix(h.Name, "./"); {
-		case name == "kvnet":
-			if h.Mode&0o111 == 0 {
-				t.Errorf("/kvnet mode %o: not executable", h.Mode)
-			}
-			if binary, err = io.ReadAll(tr); err != nil {
-				t.Fatal(err)
-			}
-		case strings.HasSuffix(name, "/sh") || strings.HasSuffix(name, "/bash") || strings.HasSuffix(name, "/busybox"):
-			t.Errorf("image contains a shell: %s", name)
-		}
-	}
-	if binary == nil {
+	// Take /kvnet out of the image's filesystem.
+	files := imagetest.Files(t, img)
+	imagetest.NoShell(t, plat, files)
+	bin, ok := files["kvnet"]
+	if !ok {
 		t.Fatal("no /kvnet in the image")
 	}
+	if bin.Mode&0o111 == 0 {
+		t.Errorf("/kvnet mode %o: not executable", bin.Mode)
+	}
+
 	exe := filepath.Join(tmp, "kvnet")
-	if err := os.WriteFile(exe, binary, 0o755); err != nil {
+	if err := os.WriteFile(exe, []byte(bin.Content), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ef, err := elf.Open(exe)
