@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
@@ -118,20 +117,11 @@ type ProxyOptions struct {
 // so one instance owns both ends in a cluster. Tests call it with
 // envtest's rest.Config.
 func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, error) {
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                  Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        o.LeaderElectionID,
-		LeaderElectionNamespace: o.Namespace,
-		// A new leader must not open relays while the old one may still
-		// hold them: release the lease on a clean shutdown so hand-over is quick.
-		LeaderElectionReleaseOnCancel: true,
-		// A process runs one proxy manager, but tests build one per run
-		// (go test -count=N): the controller-name check is global.
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mo := managerOptions(o.MetricsAddr, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace)
+	// A process runs one proxy manager, but tests build one per run
+	// (go test -count=N): the controller-name check is global.
+	mo.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
+	mgr, err := ctrl.NewManager(restCfg, mo)
 	if err != nil {
 		return nil, fmt.Errorf("creating the proxy manager: %w", err)
 	}

@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kvnet/kvnet/config"
@@ -111,26 +110,14 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 		// not worth the gain for one request per admission.
 		func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} },
 	}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                  Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        o.LeaderElectionID,
-		LeaderElectionNamespace: o.Namespace,
-		// kvnet exits when its manager stops, so the lease can be handed
-		// over at once instead of after LeaseDuration: a rolling update
-		// does not leave the controllers without a leader for 15 seconds.
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 durationOrNil(o.LeaseDuration),
-		RenewDeadline:                 durationOrNil(o.RenewDeadline),
-		RetryPeriod:                   durationOrNil(o.RetryPeriod),
-		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
-			Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
-		}),
-		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: false}},
-		Controller: ctrlconfig.Controller{SkipNameValidation: &o.SeveralManagers},
+	mo := managerOptions(o.MetricsAddr, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace)
+	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = durationOrNil(o.LeaseDuration), durationOrNil(o.RenewDeadline), durationOrNil(o.RetryPeriod)
+	mo.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
+		Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
 	})
+	mo.Client = client.Options{Cache: &client.CacheOptions{Unstructured: false}}
+	mo.Controller = ctrlconfig.Controller{SkipNameValidation: &o.SeveralManagers}
+	mgr, err := ctrl.NewManager(restCfg, mo)
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
