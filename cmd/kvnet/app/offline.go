@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -78,77 +79,89 @@ func (f *offlineFlags) run(c *cobra.Command, emit func(offline.Result) error) er
 var offlineHandlerOptions = func(*config.Config, lookup.Facts) webhook.HandlerOptions { return webhook.HandlerOptions{} }
 
 func mutateCommand() *cobra.Command {
-	var f offlineFlags
-	c := &cobra.Command{
+	return offlineCommand(&cobra.Command{
 		Use:   "mutate -f FILE [--nads FILE] [--config FILE] [--kubevirt FILE]",
 		Short: "Print VMs and VMIs as kvnet's webhook would store them, without a cluster",
 		Long: `mutate runs every VirtualMachine and VirtualMachineInstance in the input
 through kvnet's mutating and validating webhooks (the same code the server
 runs) and prints the objects as the API server would store them. Warnings
 and refusals go to stderr; refused objects are not printed.`,
-		RunE: func(c *cobra.Command, _ []string) error {
-			out, errw := c.OutOrStdout(), c.ErrOrStderr()
-			first, denied := true, false
-			err := f.run(c, func(r offline.Result) error {
-				for _, w := range r.Warnings {
-					fmt.Fprintf(errw, "Warning: %s: %s\n", r.Doc.Source, w)
+	}, offlineOutput{
+		notesToStderr: true,
+		warning:       "Warning: %s: %s\n",
+		refused:       "Error: %s: %s\n",
+		admitted: func(out io.Writer, r offline.Result, n int) error {
+			// The object, then what kvnet's controllers would create for it.
+			for i, js := range append([][]byte{r.Mutated}, r.Related...) {
+				y, err := offline.ToYAML(js)
+				if err != nil {
+					return err
 				}
-				if r.Denied != "" {
-					denied = true
-					fmt.Fprintf(errw, "Error: %s: %s\n", r.Doc.Source, r.Denied)
-					return nil
+				if n > 0 || i > 0 {
+					fmt.Fprintln(out, "---")
 				}
-				// The object, then what kvnet's controllers would create for it.
-				for _, js := range append([][]byte{r.Mutated}, r.Related...) {
-					y, err := offline.ToYAML(js)
-					if err != nil {
-						return err
-					}
-					if !first {
-						fmt.Fprintln(out, "---")
-					}
-					first = false
-					if _, err := out.Write(y); err != nil {
-						return err
-					}
+				if _, err := out.Write(y); err != nil {
+					return err
 				}
-				return nil
-			})
-			if err == nil && denied {
-				return errInvalid
 			}
-			return err
+			return nil
 		},
-	}
-	f.register(c)
-	return c
+	})
 }
 
 func validateCommand() *cobra.Command {
-	var f offlineFlags
-	c := &cobra.Command{
+	return offlineCommand(&cobra.Command{
 		Use:   "validate -f FILE [--nads FILE] [--config FILE] [--kubevirt FILE]",
 		Short: "Report the field errors and warnings kvnet would return; exit 1 when any object is refused",
-		RunE: func(c *cobra.Command, _ []string) error {
-			out := c.OutOrStdout()
-			denied := false
-			err := f.run(c, func(r offline.Result) error {
-				for _, w := range r.Warnings {
-					fmt.Fprintf(out, "%s: warning: %s\n", r.Doc.Source, w)
-				}
-				if r.Denied != "" {
-					denied = true
-					fmt.Fprintf(out, "%s: invalid: %s\n", r.Doc.Source, r.Denied)
-					return nil
-				}
-				fmt.Fprintf(out, "%s: valid\n", r.Doc.Source)
-				return nil
-			})
-			if err == nil && denied {
-				return errInvalid
-			}
-			return err
+	}, offlineOutput{
+		warning: "%s: warning: %s\n",
+		refused: "%s: invalid: %s\n",
+		admitted: func(out io.Writer, r offline.Result, _ int) error {
+			fmt.Fprintf(out, "%s: valid\n", r.Doc.Source)
+			return nil
 		},
+	})
+}
+
+// offlineOutput is how an offline command reports each object of its input.
+type offlineOutput struct {
+	// notesToStderr sends the warnings and refusals to stderr rather than
+	// stdout (mutate's stdout is the objects only).
+	notesToStderr bool
+	// warning and refused are the formats of one warning and of a refusal,
+	// given the object's source and the message.
+	warning, refused string
+	// admitted prints an object kvnet admits; n counts those printed before.
+	admitted func(out io.Writer, r offline.Result, n int) error
+}
+
+// offlineCommand gives c the body `kvnet mutate` and `kvnet validate`
+// share: the offline flags, every object of the input admitted and reported
+// as o says, and exit code 1 (errInvalid) when any object was refused.
+func offlineCommand(c *cobra.Command, o offlineOutput) *cobra.Command {
+	var f offlineFlags
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		out, notes := c.OutOrStdout(), c.OutOrStdout()
+		if o.notesToStderr {
+			notes = c.ErrOrStderr()
+		}
+		admitted, denied := 0, false
+		err := f.run(c, func(r offline.Result) error {
+			for _, w := range r.Warnings {
+				fmt.Fprintf(notes, o.warning, r.Doc.Source, w)
+			}
+			if r.Denied != "" {
+				denied = true
+				fmt.Fprintf(notes, o.refused, r.Doc.Source, r.Denied)
+				return nil
+			}
+			admitted++
+			return o.admitted(out, r, admitted-1)
+		})
+		if err == nil && denied {
+			return errInvalid
+		}
+		return err
 	}
 	f.register(c)
 	return c
