@@ -61,13 +61,6 @@ func migSetConfig(t *testing.T, yaml string) {
 	t.Cleanup(restore)
 }
 
-// migEventually polls f until it returns nil, failing with its last error
-// after a generous deadline; it never asserts on time.
-func migEventually(t *testing.T, what string, deadline time.Duration, f func() error) {
-	t.Helper()
-	framework.Eventually(t, what, deadline, f)
-}
-
 func migNode(t *testing.T, name string) *corev1.Node {
 	t.Helper()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
@@ -270,7 +263,7 @@ func migAllocations(t *testing.T, pool string) []*migration.Allocation {
 // migWaitBound waits until the controller bound the pod's address to it.
 func migWaitBound(t *testing.T, pool string, addr netip.Addr, pod *corev1.Pod) {
 	t.Helper()
-	migEventually(t, fmt.Sprintf("%s bound to %s", addr, pod.Name), 60*time.Second, func() error {
+	framework.Eventually(t, fmt.Sprintf("%s bound to %s", addr, pod.Name), 60*time.Second, func() error {
 		a, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, pool, addr)
 		if err != nil {
 			return err
@@ -286,7 +279,7 @@ func migWaitBound(t *testing.T, pool string, addr netip.Addr, pod *corev1.Pod) {
 // no allocation of the pool may remain.
 func migWaitNoAllocations(t *testing.T, pool string) {
 	t.Helper()
-	migEventually(t, "every "+pool+" address released", 120*time.Second, func() error {
+	framework.Eventually(t, "every "+pool+" address released", 120*time.Second, func() error {
 		if left := migAllocations(t, pool); len(left) > 0 {
 			return fmt.Errorf("%d allocations left, first %s %s (%s)", len(left), left[0].Address, left[0].State, left[0].Holder())
 		}
@@ -384,7 +377,7 @@ migration:
 		old := pods[nodes[1]]
 		migDeletePod(t, old)
 		if round == 1 {
-			migEventually(t, "address parked for its node", 60*time.Second, func() error {
+			framework.Eventually(t, "address parked for its node", 60*time.Second, func() error {
 				a, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, migration.PoolInCluster, byNode[nodes[1]])
 				if err != nil {
 					return err
@@ -426,13 +419,13 @@ migration:
 	if size := migCounter(t, "kvnet_migration_pool_size", map[string]string{"pool": "in-cluster"}); size != 4 {
 		t.Fatalf("kvnet_migration_pool_size{in-cluster} = %v, want 4", size)
 	}
-	migEventually(t, "kvnet_migration_pool_used{in-cluster} = 4", 30*time.Second, func() error {
+	framework.Eventually(t, "kvnet_migration_pool_used{in-cluster} = 4", 30*time.Second, func() error {
 		if used := migCounter(t, "kvnet_migration_pool_used", map[string]string{"pool": "in-cluster"}); used != 4 {
 			return fmt.Errorf("%v", used)
 		}
 		return nil
 	})
-	migEventually(t, "MigrationPoolExhausted event on the DaemonSet", 30*time.Second, func() error {
+	framework.Eventually(t, "MigrationPoolExhausted event on the DaemonSet", 30*time.Second, func() error {
 		var evs corev1.EventList
 		if err := env.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
 			return err
@@ -451,7 +444,7 @@ migration:
 	migDeleteNode(t, nodes[2])
 	migDeletePod(t, pods[nodes[2]])
 	delete(pods, nodes[2])
-	migEventually(t, "removed node's address released", 60*time.Second, func() error {
+	framework.Eventually(t, "removed node's address released", 60*time.Second, func() error {
 		_, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, migration.PoolInCluster, gone)
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -664,7 +657,7 @@ migration:
 	}
 	oldAddr := migAddr(t, old1, "crosscluster", "crosscluster0").Addr()
 	delete(cc, oldAddr)
-	migEventually(t, "the rolled-out pod's address taken by the next new pod", 60*time.Second, func() error {
+	framework.Eventually(t, "the rolled-out pod's address taken by the next new pod", 60*time.Second, func() error {
 		p, err := create(nil)
 		if err != nil {
 			return err
@@ -698,7 +691,7 @@ migration:
 	if _, err := create(nil); err == nil || !strings.Contains(err.Error(), "1 reserved") {
 		t.Fatalf("while the failed create's reservation is pending, want a denial that counts it, got %v", err)
 	}
-	migEventually(t, "failed create's reservation expired", 60*time.Second, func() error {
+	framework.Eventually(t, "failed create's reservation expired", 60*time.Second, func() error {
 		_, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, migration.PoolCrossCluster, reserved.Address)
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -775,7 +768,7 @@ migration:
 		}
 		owner[a] = i
 	}
-	migEventually(t, "every allocation bound to its pod", 120*time.Second, func() error {
+	framework.Eventually(t, "every allocation bound to its pod", 120*time.Second, func() error {
 		allocs := migAllocations(t, migration.PoolInCluster)
 		if len(allocs) != pods {
 			return fmt.Errorf("%d allocations for %d pods", len(allocs), pods)
@@ -858,7 +851,7 @@ func migReplicaB(t *testing.T, calls *atomic.Int32) {
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
 	// Wait until the API server calls B: a dry-run create reaches it.
-	migEventually(t, "API server calling replica B", 60*time.Second, func() error {
+	framework.Eventually(t, "API server calling replica B", 60*time.Second, func() error {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "probe-", Labels: map[string]string{"kvnet-test/replica": "b", "kubevirt.io": "virt-handler"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
@@ -1008,7 +1001,7 @@ migration:
 	}
 	migWaitBound(t, migration.PoolInCluster, y, surge)
 	migDeletePod(t, old)
-	migEventually(t, "the old pod's address released, not parked", 60*time.Second, func() error {
+	framework.Eventually(t, "the old pod's address released, not parked", 60*time.Second, func() error {
 		_, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, migration.PoolInCluster, x)
 		if apierrors.IsNotFound(err) {
 			return nil
