@@ -10,40 +10,30 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/test/framework"
-	"github.com/kvnet/kvnet/webhook"
 )
 
 // Options of one demo run.
@@ -267,262 +257,6 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	return nil
 }
 
-// admit creates one VM and reports what happened to it. It returns whether
-// the API server admitted it.
-func admit(ctx context.Context, c client.Client, w *warningCollector, obj *unstructured.Unstructured, out io.Writer) (bool, error) {
-	before := obj.DeepCopy()
-	w.reset()
-	err := c.Create(ctx, obj)
-	fmt.Fprintf(out, "\n--- %s %s: ", obj.GetKind(), key(before))
-	var status apierrors.APIStatus
-	switch {
-	case err == nil:
-	case errors.As(err, &status) && (apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)):
-		fmt.Fprintln(out, "REFUSED")
-		msg := status.Status().Message
-		var causes []metav1.StatusCause
-		if d := status.Status().Details; d != nil {
-			causes = d.Causes
-		}
-		if len(causes) == 0 {
-			fmt.Fprintf(out, "    %s\n", msg)
-		} else {
-			// The message repeats the causes; print who refused, then one
-			// line per field.
-			who, _, _ := strings.Cut(msg, " denied the request")
-			fmt.Fprintf(out, "    %s denied the request:\n", who)
-			for _, cause := range causes {
-				fmt.Fprintf(out, "      - %s: %s\n", cause.Field, cause.Message)
-			}
-		}
-		printWarnings(out, w.list())
-		return false, nil
-	default:
-		return false, fmt.Errorf("creating %s: %w", key(before), err)
-	}
-	var stored unstructured.Unstructured
-	stored.SetGroupVersionKind(before.GroupVersionKind())
-	if err := c.Get(ctx, client.ObjectKeyFromObject(before), &stored); err != nil {
-		return true, err
-	}
-	a, b := normalize(before), normalize(&stored)
-	d := diffLines(a, b, 2)
-	if d == "" {
-		fmt.Fprintln(out, "admitted, unchanged by kvnet")
-	} else {
-		fmt.Fprintln(out, "admitted; kvnet changed (- as written, + as stored):")
-		fmt.Fprint(out, indent(d, "    "))
-	}
-	printWarnings(out, w.list())
-	return true, nil
-}
-
-func printWarnings(out io.Writer, ws []string) {
-	for _, w := range ws {
-		fmt.Fprintf(out, "    warning: %s\n", w)
-	}
-}
-
-// normalize renders an object as YAML without the fields the API server
-// adds to every object, so the diff shows kvnet's changes only.
-func normalize(u *unstructured.Unstructured) string {
-	o := u.DeepCopy().Object
-	for _, f := range []string{"managedFields", "uid", "resourceVersion", "generation", "creationTimestamp"} {
-		unstructured.RemoveNestedField(o, "metadata", f)
-	}
-	delete(o, "status")
-	y, _ := yaml.Marshal(o)
-	return string(y)
-}
-
-func indent(s, prefix string) string {
-	lines := strings.SplitAfter(s, "\n")
-	var b strings.Builder
-	for _, l := range lines {
-		if l != "" {
-			b.WriteString(prefix + l)
-		}
-	}
-	return b.String()
-}
-
-func key(o client.Object) string {
-	if o.GetNamespace() == "" {
-		return o.GetName()
-	}
-	return o.GetNamespace() + "/" + o.GetName()
-}
-
-// ensureNamespace creates ns unless it is empty or exists (the KubeVirt CR
-// lives in a namespace examples/ does not declare).
-func ensureNamespace(ctx context.Context, c client.Client, ns string) error {
-	if ns == "" {
-		return nil
-	}
-	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", ns, err)
-	}
-	return nil
-}
-
-// registerWebhooks creates kvnet's two configurations, calling base by URL.
-func registerWebhooks(ctx context.Context, c client.Client, name, base, ns string) error {
-	// The demo's config uses every feature, so every pod webhook is registered.
-	m, v := webhook.Registration{Name: name, ExcludedNamespaces: []string{"kube-system", ns}, LauncherPods: true, MigrationPods: true}.Configurations()
-	url := func(cc *admissionregv1.WebhookClientConfig) {
-		cc.URL = ptr.To(base + *cc.Service.Path)
-		cc.Service = nil
-	}
-	for i := range m.Webhooks {
-		url(&m.Webhooks[i].ClientConfig)
-	}
-	for i := range v.Webhooks {
-		url(&v.Webhooks[i].ClientConfig)
-	}
-	if err := c.Create(ctx, m); err != nil {
-		return fmt.Errorf("registering the mutating webhooks: %w", err)
-	}
-	if err := c.Create(ctx, v); err != nil {
-		return fmt.Errorf("registering the validating webhooks: %w", err)
-	}
-	return nil
-}
-
-// kvnetProcess is bin/kvnet running as a child in its own process group, so
-// that Ctrl-C reaches the demo, which then stops kvnet in order.
-type kvnetProcess struct {
-	cmd    *exec.Cmd
-	log    *os.File
-	exited chan struct{}
-	err    error
-}
-
-func startKvnet(o Options, kubeconfig string, port, probePort int) (*kvnetProcess, error) {
-	logf, err := os.Create(filepath.Join(o.Dir, "kvnet.log"))
-	if err != nil {
-		return nil, err
-	}
-	certDir := filepath.Join(o.Dir, "certs")
-	_ = os.RemoveAll(certDir) // a new control plane means a new Secret
-	cmd := exec.Command(o.Kvnet, "webhook",
-		"--config", filepath.Join(o.Root, "examples", "config.yaml"),
-		"--namespace", "kvnet-system",
-		"--cert-mode", app.CertModeSelfManaged,
-		"--cert-extra-sans", "127.0.0.1",
-		"--webhook-config-name", "kvnet",
-		"--cert-dir", certDir,
-		"--webhook-host", "127.0.0.1",
-		"--webhook-port", strconv.Itoa(port),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probePort),
-		"--metrics-bind-address", "0",
-	)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", o.Kvnet, err)
-	}
-	p := &kvnetProcess{cmd: cmd, log: logf, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-func (p *kvnetProcess) stop() {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-	}
-	p.log.Close()
-}
-
-// waitReady polls kvnet's /readyz: TLS serving with the self-managed
-// certificate and informer caches synced.
-func waitReady(ctx context.Context, p *kvnetProcess, probePort int) error {
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
-	return poll(ctx, 2*time.Minute, "kvnet to become ready", func() error {
-		select {
-		case <-p.exited:
-			return stopPolling{fmt.Errorf("kvnet exited: %v (see its log)", p.err)}
-		default:
-		}
-		resp, err := http.Get(url)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
-	})
-}
-
-func waitInjected(ctx context.Context, c client.Client, name string) error {
-	return poll(ctx, time.Minute, "the CA bundle in the webhook configurations", func() error {
-		var m admissionregv1.MutatingWebhookConfiguration
-		var v admissionregv1.ValidatingWebhookConfiguration
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &m); err != nil {
-			return err
-		}
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &v); err != nil {
-			return err
-		}
-		for _, w := range m.Webhooks {
-			if len(w.ClientConfig.CABundle) == 0 {
-				return fmt.Errorf("%s has no CA bundle yet", w.Name)
-			}
-		}
-		for _, w := range v.Webhooks {
-			if len(w.ClientConfig.CABundle) == 0 {
-				return fmt.Errorf("%s has no CA bundle yet", w.Name)
-			}
-		}
-		return nil
-	})
-}
-
-// waitNADsCached waits until kvnet's informers have every NAD: admission
-// reads NADs from its cache, so a VM created a moment too early would be
-// refused with "NAD not found". A server-side dry run of a VM asking for the
-// NAD is the only view into another process' cache.
-func waitNADsCached(ctx context.Context, c client.Client, nads []*unstructured.Unstructured) error {
-	for _, nad := range nads {
-		err := poll(ctx, 30*time.Second, "kvnet to see NAD "+key(nad), func() error {
-			probe := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-				"metadata": map[string]any{
-					"namespace": nad.GetNamespace(), "name": "kvnet-demo-probe",
-					"annotations": map[string]any{"kvnet.io/networks": key(nad) + "@probe"},
-				},
-				"spec": map[string]any{"runStrategy": "Halted", "template": map[string]any{"spec": map[string]any{
-					"domain": map[string]any{"devices": map[string]any{}, "resources": map[string]any{"requests": map[string]any{"memory": "1Gi"}}},
-				}}},
-			}}
-			err := c.Create(ctx, probe, client.DryRunAll)
-			if err != nil && strings.Contains(strings.ToLower(err.Error()), "not found") {
-				return err
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // stopPolling ends poll early with its error.
 type stopPolling struct{ error }
 
@@ -546,59 +280,4 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func() e
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// readObjects decodes every document of a YAML file.
-func readObjects(path string) ([]*unstructured.Unstructured, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// warningCollector keeps the admission warnings of the last request.
-type warningCollector struct {
-	mu sync.Mutex
-	ws []string
-}
-
-func (w *warningCollector) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.ws = append(w.ws, text)
-}
-
-func (w *warningCollector) reset() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.ws = nil
-}
-
-func (w *warningCollector) list() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.ws...)
 }

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// admit creates one VM and reports what happened to it. It returns whether
+// the API server admitted it.
+func admit(ctx context.Context, c client.Client, w *warningCollector, obj *unstructured.Unstructured, out io.Writer) (bool, error) {
+	before := obj.DeepCopy()
+	w.reset()
+	err := c.Create(ctx, obj)
+	fmt.Fprintf(out, "\n--- %s %s: ", obj.GetKind(), key(before))
+	var status apierrors.APIStatus
+	switch {
+	case err == nil:
+	case errors.As(err, &status) && (apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)):
+		fmt.Fprintln(out, "REFUSED")
+		msg := status.Status().Message
+		var causes []metav1.StatusCause
+		if d := status.Status().Details; d != nil {
+			causes = d.Causes
+		}
+		if len(causes) == 0 {
+			fmt.Fprintf(out, "    %s\n", msg)
+		} else {
+			// The message repeats the causes; print who refused, then one
+			// line per field.
+			who, _, _ := strings.Cut(msg, " denied the request")
+			fmt.Fprintf(out, "    %s denied the request:\n", who)
+			for _, cause := range causes {
+				fmt.Fprintf(out, "      - %s: %s\n", cause.Field, cause.Message)
+			}
+		}
+		printWarnings(out, w.list())
+		return false, nil
+	default:
+		return false, fmt.Errorf("creating %s: %w", key(before), err)
+	}
+	var stored unstructured.Unstructured
+	stored.SetGroupVersionKind(before.GroupVersionKind())
+	if err := c.Get(ctx, client.ObjectKeyFromObject(before), &stored); err != nil {
+		return true, err
+	}
+	a, b := normalize(before), normalize(&stored)
+	d := diffLines(a, b, 2)
+	if d == "" {
+		fmt.Fprintln(out, "admitted, unchanged by kvnet")
+	} else {
+		fmt.Fprintln(out, "admitted; kvnet changed (- as written, + as stored):")
+		fmt.Fprint(out, indent(d, "    "))
+	}
+	printWarnings(out, w.list())
+	return true, nil
+}
+
+func printWarnings(out io.Writer, ws []string) {
+	for _, w := range ws {
+		fmt.Fprintf(out, "    warning: %s\n", w)
+	}
+}
+
+// normalize renders an object as YAML without the fields the API server
+// adds to every object, so the diff shows kvnet's changes only.
+func normalize(u *unstructured.Unstructured) string {
+	o := u.DeepCopy().Object
+	for _, f := range []string{"managedFields", "uid", "resourceVersion", "generation", "creationTimestamp"} {
+		unstructured.RemoveNestedField(o, "metadata", f)
+	}
+	delete(o, "status")
+	y, _ := yaml.Marshal(o)
+	return string(y)
+}
+
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString(prefix + l)
+		}
+	}
+	return b.String()
+}
+
+func key(o client.Object) string {
+	if o.GetNamespace() == "" {
+		return o.GetName()
+	}
+	return o.GetNamespace() + "/" + o.GetName()
+}
+
+// warningCollector keeps the admission warnings of the last request.
+type warningCollector struct {
+	mu sync.Mutex
+	ws []string
+}
+
+func (w *warningCollector) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ws = append(w.ws, text)
+}
+
+func (w *warningCollector) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ws = nil
+}
+
+func (w *warningCollector) list() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.ws...)
+}

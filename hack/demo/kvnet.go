@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/webhook"
+)
+
+// registerWebhooks creates kvnet's two configurations, calling base by URL.
+func registerWebhooks(ctx context.Context, c client.Client, name, base, ns string) error {
+	// The demo's config uses every feature, so every pod webhook is registered.
+	m, v := webhook.Registration{Name: name, ExcludedNamespaces: []string{"kube-system", ns}, LauncherPods: true, MigrationPods: true}.Configurations()
+	url := func(cc *admissionregv1.WebhookClientConfig) {
+		cc.URL = ptr.To(base + *cc.Service.Path)
+		cc.Service = nil
+	}
+	for i := range m.Webhooks {
+		url(&m.Webhooks[i].ClientConfig)
+	}
+	for i := range v.Webhooks {
+		url(&v.Webhooks[i].ClientConfig)
+	}
+	if err := c.Create(ctx, m); err != nil {
+		return fmt.Errorf("registering the mutating webhooks: %w", err)
+	}
+	if err := c.Create(ctx, v); err != nil {
+		return fmt.Errorf("registering the validating webhooks: %w", err)
+	}
+	return nil
+}
+
+// kvnetProcess is bin/kvnet running as a child in its own process group, so
+// that Ctrl-C reaches the demo, which then stops kvnet in order.
+type kvnetProcess struct {
+	cmd    *exec.Cmd
+	log    *os.File
+	exited chan struct{}
+	err    error
+}
+
+func startKvnet(o Options, kubeconfig string, port, probePort int) (*kvnetProcess, error) {
+	logf, err := os.Create(filepath.Join(o.Dir, "kvnet.log"))
+	if err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(o.Dir, "certs")
+	_ = os.RemoveAll(certDir) // a new control plane means a new Secret
+	cmd := exec.Command(o.Kvnet, "webhook",
+		"--config", filepath.Join(o.Root, "examples", "config.yaml"),
+		"--namespace", "kvnet-system",
+		"--cert-mode", app.CertModeSelfManaged,
+		"--cert-extra-sans", "127.0.0.1",
+		"--webhook-config-name", "kvnet",
+		"--cert-dir", certDir,
+		"--webhook-host", "127.0.0.1",
+		"--webhook-port", strconv.Itoa(port),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probePort),
+		"--metrics-bind-address", "0",
+	)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", o.Kvnet, err)
+	}
+	p := &kvnetProcess{cmd: cmd, log: logf, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *kvnetProcess) stop() {
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+	p.log.Close()
+}
+
+// waitReady polls kvnet's /readyz: TLS serving with the self-managed
+// certificate and informer caches synced.
+func waitReady(ctx context.Context, p *kvnetProcess, probePort int) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+	return poll(ctx, 2*time.Minute, "kvnet to become ready", func() error {
+		select {
+		case <-p.exited:
+			return stopPolling{fmt.Errorf("kvnet exited: %v (see its log)", p.err)}
+		default:
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+func waitInjected(ctx context.Context, c client.Client, name string) error {
+	return poll(ctx, time.Minute, "the CA bundle in the webhook configurations", func() error {
+		var m admissionregv1.MutatingWebhookConfiguration
+		var v admissionregv1.ValidatingWebhookConfiguration
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &m); err != nil {
+			return err
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &v); err != nil {
+			return err
+		}
+		for _, w := range m.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				return fmt.Errorf("%s has no CA bundle yet", w.Name)
+			}
+		}
+		for _, w := range v.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				return fmt.Errorf("%s has no CA bundle yet", w.Name)
+			}
+		}
+		return nil
+	})
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
