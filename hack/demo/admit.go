@@ -15,6 +15,31 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// admitAll creates every VM of examples/, file by file, and reports what
+// kvnet did to each; it returns how many did not get the outcome they are
+// there to show.
+func admitAll(ctx context.Context, c client.Client, w *warningCollector, vms []vmDoc, out io.Writer, say sayFunc) (failures int, err error) {
+	lastFile := ""
+	for _, vm := range vms {
+		if vm.file != lastFile {
+			say("\n==> examples/%s", vm.file)
+			lastFile = vm.file
+		}
+		if err := ensureNamespace(ctx, c, vm.obj.GetNamespace()); err != nil {
+			return failures, err
+		}
+		ok, err := admit(ctx, c, w, vm.obj, out)
+		if err != nil {
+			return failures, err
+		}
+		if ok != vm.wantValid {
+			failures++
+			fmt.Fprintf(out, "    !! expected %s to be %s\n", key(vm.obj), map[bool]string{true: "admitted", false: "refused"}[vm.wantValid])
+		}
+	}
+	return failures, nil
+}
+
 // admit creates one VM and reports what happened to it. It returns whether
 // the API server admitted it.
 func admit(ctx context.Context, c client.Client, w *warningCollector, obj *unstructured.Unstructured, out io.Writer) (bool, error) {

@@ -13,12 +13,38 @@ import (
 	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/webhook"
 )
+
+// setUpKvnet creates kvnet's namespace and its webhooks, exactly as
+// webhook.Registration builds them, but called by URL and without a CA
+// bundle (kvnet creates its CA and injects it: self-managed certificates),
+// and starts bin/kvnet on free loopback ports. The caller stops it.
+func setUpKvnet(ctx context.Context, c client.Client, o Options, kubeconfig string, say sayFunc) (*kvnetProcess, error) {
+	const ns = "kvnet-system"
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	probePort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return nil, err
+	}
+	if err := registerWebhooks(ctx, c, "kvnet", fmt.Sprintf("https://127.0.0.1:%d", port), ns); err != nil {
+		return nil, err
+	}
+	say("==> starting kvnet (self-managed certificates, webhooks on 127.0.0.1:%d); log: %s", port, filepath.Join(o.Dir, "kvnet.log"))
+	return startKvnet(o, kubeconfig, port, probePort)
+}
 
 // registerWebhooks creates kvnet's two configurations, calling base by URL.
 func registerWebhooks(ctx context.Context, c client.Client, name, base, ns string) error {
@@ -46,10 +72,11 @@ func registerWebhooks(ctx context.Context, c client.Client, name, base, ns strin
 // kvnetProcess is bin/kvnet running as a child in its own process group, so
 // that Ctrl-C reaches the demo, which then stops kvnet in order.
 type kvnetProcess struct {
-	cmd    *exec.Cmd
-	log    *os.File
-	exited chan struct{}
-	err    error
+	cmd       *exec.Cmd
+	log       *os.File
+	probePort int
+	exited    chan struct{}
+	err       error
 }
 
 func startKvnet(o Options, kubeconfig string, port, probePort int) (*kvnetProcess, error) {
@@ -78,7 +105,7 @@ func startKvnet(o Options, kubeconfig string, port, probePort int) (*kvnetProces
 		logf.Close()
 		return nil, fmt.Errorf("starting %s: %w", o.Kvnet, err)
 	}
-	p := &kvnetProcess{cmd: cmd, log: logf, exited: make(chan struct{})}
+	p := &kvnetProcess{cmd: cmd, log: logf, probePort: probePort, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)
@@ -103,8 +130,8 @@ func (p *kvnetProcess) stop() {
 
 // waitReady polls kvnet's /readyz: TLS serving with the self-managed
 // certificate and informer caches synced.
-func waitReady(ctx context.Context, p *kvnetProcess, probePort int) error {
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+func waitReady(ctx context.Context, p *kvnetProcess) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", p.probePort)
 	return poll(ctx, 2*time.Minute, "kvnet to become ready", func() error {
 		select {
 		case <-p.exited:

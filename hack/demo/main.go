@@ -18,21 +18,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -65,7 +54,9 @@ func main() {
 
 // Run is the whole demo. It returns an error when something could not run
 // or when an example did not get the outcome it is there to show (a valid
-// VM refused, an invalid one admitted).
+// VM refused, an invalid one admitted). Each step has its file: the control
+// plane (controlplane.go), kvnet (kvnet.go), examples/ (examples.go) and
+// every VM through admission (admit.go).
 func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if _, err := os.Stat(o.Kvnet); err != nil {
 		return fmt.Errorf("kvnet binary: %w (run make build)", err)
@@ -79,20 +70,10 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 	defer os.Remove(pidFile)
 
-	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
-	assets, err := framework.AssetsDir()
+	var say sayFunc = func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
+	te, err := startControlPlane(say)
 	if err != nil {
 		return err
-	}
-	crds, err := framework.CRDPaths()
-	if err != nil {
-		return err
-	}
-	say("==> starting kube-apiserver and etcd from %s", assets)
-	te := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
-	cfg, err := te.Start()
-	if err != nil {
-		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	defer func() {
 		say("==> stopping kube-apiserver and etcd")
@@ -100,47 +81,12 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 			err = fmt.Errorf("stopping the control plane: %w", stopErr)
 		}
 	}()
-	user, err := te.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return err
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	kcPath := filepath.Join(o.Dir, "kubeconfig")
-	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
-		return err
-	}
-	warnings := &warningCollector{}
-	cfg = rest.CopyConfig(cfg)
-	cfg.WarningHandlerWithContext = warnings
-	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
+	c, warnings, kcPath, err := adminClient(te, o.Dir)
 	if err != nil {
 		return err
 	}
 
-	// kvnet's namespace and its webhooks, exactly as webhook.Registration
-	// builds them, but called by URL and without a CA bundle: kvnet creates
-	// its CA and injects it (self-managed certificates).
-	const ns = "kvnet-system"
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	probePort, err := freePort()
-	if err != nil {
-		return err
-	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return err
-	}
-	if err := registerWebhooks(ctx, c, "kvnet", fmt.Sprintf("https://127.0.0.1:%d", port), ns); err != nil {
-		return err
-	}
-
-	say("==> starting kvnet (self-managed certificates, webhooks on 127.0.0.1:%d); log: %s", port, filepath.Join(o.Dir, "kvnet.log"))
-	kv, err := startKvnet(o, kcPath, port, probePort)
+	kv, err := setUpKvnet(ctx, c, o, kcPath, say)
 	if err != nil {
 		return err
 	}
@@ -148,7 +94,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		say("==> stopping kvnet")
 		kv.stop()
 	}()
-	if err := waitReady(ctx, kv, probePort); err != nil {
+	if err := waitReady(ctx, kv); err != nil {
 		return err
 	}
 	if err := waitInjected(ctx, c, "kvnet"); err != nil {
@@ -156,90 +102,16 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 	say("    kvnet is ready and its CA bundle is in both webhook configurations")
 
-	// Every file of examples/ but the policy: cluster objects first
-	// (namespaces, then the rest), then VMs and VMIs in file order. Files
-	// named invalid*.yaml hold VMs kvnet must refuse; the others, VMs it
-	// must admit. A capability that adds an example file is shown here
-	// without touching the demo.
-	files, err := filepath.Glob(filepath.Join(o.Root, "examples", "*.yaml"))
+	cluster, vms, err := readExamples(o.Root)
 	if err != nil {
 		return err
 	}
-	type vmDoc struct {
-		obj       *unstructured.Unstructured
-		file      string
-		wantValid bool
-	}
-	var namespaces, others []*unstructured.Unstructured
-	var vms []vmDoc
-	for _, f := range files {
-		if filepath.Base(f) == "config.yaml" {
-			continue // kvnet's policy, given with --config
-		}
-		objs, err := readObjects(f)
-		if err != nil {
-			return err
-		}
-		for _, obj := range objs {
-			switch obj.GetKind() {
-			case "Namespace":
-				namespaces = append(namespaces, obj)
-			case "VirtualMachine", "VirtualMachineInstance":
-				vms = append(vms, vmDoc{obj, filepath.Base(f), !strings.HasPrefix(filepath.Base(f), "invalid")})
-			default:
-				others = append(others, obj)
-			}
-		}
-	}
-	// VMs kvnet admits first, then the refusals.
-	slices.SortStableFunc(vms, func(a, b vmDoc) int {
-		switch {
-		case a.wantValid == b.wantValid:
-			return 0
-		case a.wantValid:
-			return -1
-		}
-		return 1
-	})
-	say("==> applying examples/: namespaces, the KubeVirt CR, NetworkAttachmentDefinitions")
-	var nads []*unstructured.Unstructured
-	for _, obj := range append(namespaces, others...) {
-		if err := ensureNamespace(ctx, c, obj.GetNamespace()); err != nil {
-			return err
-		}
-		if err := c.Create(ctx, obj); err != nil {
-			if obj.GetKind() == "Namespace" && apierrors.IsAlreadyExists(err) {
-				continue
-			}
-			return fmt.Errorf("creating %s %s: %w", obj.GetKind(), key(obj), err)
-		}
-		say("    created %s %s", obj.GetKind(), key(obj))
-		if obj.GetKind() == "NetworkAttachmentDefinition" {
-			nads = append(nads, obj)
-		}
-	}
-	if err := waitNADsCached(ctx, c, nads); err != nil {
+	if err := applyCluster(ctx, c, cluster, say); err != nil {
 		return err
 	}
-
-	failures := 0
-	lastFile := ""
-	for _, vm := range vms {
-		if vm.file != lastFile {
-			say("\n==> examples/%s", vm.file)
-			lastFile = vm.file
-		}
-		if err := ensureNamespace(ctx, c, vm.obj.GetNamespace()); err != nil {
-			return err
-		}
-		ok, err := admit(ctx, c, warnings, vm.obj, out)
-		if err != nil {
-			return err
-		}
-		if ok != vm.wantValid {
-			failures++
-			fmt.Fprintf(out, "    !! expected %s to be %s\n", key(vm.obj), map[bool]string{true: "admitted", false: "refused"}[vm.wantValid])
-		}
+	failures, err := admitAll(ctx, c, warnings, vms, out, say)
+	if err != nil {
+		return err
 	}
 	say("\n==> done: every VM above went through the real API server's admission chain into kvnet")
 	if failures > 0 {
@@ -256,6 +128,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 	return nil
 }
+
+// sayFunc prints one line of the demo's narration.
+type sayFunc func(format string, a ...any)
 
 // stopPolling ends poll early with its error.
 type stopPolling struct{ error }
