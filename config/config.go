@@ -123,7 +123,27 @@ type KubeOVN struct {
 type PersistentIPs struct {
 	// Enabled defaults to true.
 	Enabled *bool `json:"enabled,omitempty"`
+	// PrimaryUDN extends persistent IPs to the pod network of VMs in
+	// namespaces whose primary network is an OVN-Kubernetes user-defined
+	// network. Off by default: it writes the launcher pod's
+	// v1.multus-cni.io/default-network, which other tools may own.
+	PrimaryUDN PrimaryUDN `json:"primaryUDN,omitempty"`
 }
+
+// PrimaryUDN configures persistent IPs on primary user-defined networks.
+type PrimaryUDN struct {
+	// Enabled turns it on (default false); it also needs persistent IPs on.
+	Enabled bool `json:"enabled,omitempty"`
+	// DefaultNetworkNAD is the NAD, "namespace/name", that OVN-Kubernetes
+	// keeps for the cluster default network (its cluster-default-nad,
+	// default ovn-kubernetes/default) and that the default-network
+	// selection element names. kvnet writes the element only while the
+	// NAD exists: Multus fails a pod whose element names a missing NAD.
+	DefaultNetworkNAD string `json:"defaultNetworkNAD,omitempty"`
+}
+
+// DefaultNetworkNAD is OVN-Kubernetes' default for its cluster-default-nad.
+const DefaultNetworkNAD = "ovn-kubernetes/default"
 
 // Migration gives KubeVirt's migration pods static addresses on Multus
 // networks that have no DHCP: virt-handler on the in-cluster network, the
@@ -226,12 +246,22 @@ func (c Config) Default(ownNamespace string) Config {
 	}
 	c.NetworkRules = rules
 	c.Migration = defaultMigration(c.Migration)
+	if c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD == "" {
+		c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD = DefaultNetworkNAD
+	}
 	return c
 }
 
 // PersistentIPsEnabled reports whether kvnet manages IPAMClaims.
 func (c *Config) PersistentIPsEnabled() bool {
 	return c.PersistentIPs.Enabled == nil || *c.PersistentIPs.Enabled
+}
+
+// PrimaryUDNEnabled reports whether kvnet claims the pod network of VMs on
+// primary user-defined networks: persistent IPs on, and the primaryUDN
+// switch on.
+func (c *Config) PrimaryUDNEnabled() bool {
+	return c.PersistentIPsEnabled() && c.PersistentIPs.PrimaryUDN.Enabled
 }
 
 // Excluded reports whether kvnet must leave the namespace alone.

@@ -66,6 +66,18 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		"empty prefix":           {in: "vdpa:\n  resourcePrefixes: [\"\"]\n", line: "config line 2:", field: "vdpa.resourcePrefixes[0]"},
 		"duplicate key":          {in: "networkRules:\n  - name: a\n    name: b\n    networks: [{name: x, nad: br}]\n", line: "line 3", field: `"name"`},
 		"not YAML":               {in: "networkRules: [\n", line: "line 1", field: "not valid YAML"},
+		"default-network NAD without namespace": {
+			in:   "persistentIPs:\n  primaryUDN:\n    enabled: true\n    defaultNetworkNAD: default\n",
+			line: "config line 4:", field: "persistentIPs.primaryUDN.defaultNetworkNAD",
+		},
+		"default-network NAD not a name": {
+			in:   "persistentIPs:\n  primaryUDN: {defaultNetworkNAD: ovn/Bad_Name}\n",
+			line: "config line 2:", field: "persistentIPs.primaryUDN.defaultNetworkNAD",
+		},
+		"primaryUDN.enabled not a bool": {
+			in:   "persistentIPs:\n  primaryUDN:\n    enabled: yes-please\n",
+			line: "config line 3:", field: "persistentIPs.primaryUDN.enabled",
+		},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -96,6 +108,10 @@ func TestParseDefaults(t *testing.T) {
 			if c.VDPA.BindingPlugin != "vdpa" || c.KubeOVN.LegacyLiveMigration || !c.PersistentIPsEnabled() {
 				t.Errorf("defaults: %+v", c)
 			}
+			// Primary-UDN persistent IPs are off unless asked for.
+			if c.PrimaryUDNEnabled() || c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD != DefaultNetworkNAD {
+				t.Errorf("primaryUDN defaults: %+v, want off and %s", c.PersistentIPs.PrimaryUDN, DefaultNetworkNAD)
+			}
 		})
 	}
 	c, err := Parse([]byte(`
@@ -121,6 +137,20 @@ kubeOVN: {legacyLiveMigration: true}
 	}
 	if c.SRIOV.ResourcePrefixes[0] != "a.com/" || c.VDPA.BindingPlugin != "jaguar" || !c.KubeOVN.LegacyLiveMigration {
 		t.Errorf("values lost: %+v", c)
+	}
+	for in, want := range map[string]bool{
+		"persistentIPs: {primaryUDN: {enabled: true}}\n":                 true,
+		"persistentIPs: {enabled: false, primaryUDN: {enabled: true}}\n": false, // needs persistent IPs on
+		"persistentIPs: {primaryUDN: {enabled: false}}\n":                false,
+	} {
+		c, err := Parse([]byte(in), "")
+		if err != nil || c.PrimaryUDNEnabled() != want {
+			t.Errorf("%q: PrimaryUDNEnabled() = %v (%v), want %v", in, c != nil && c.PrimaryUDNEnabled(), err, want)
+		}
+	}
+	c, err = Parse([]byte("persistentIPs: {primaryUDN: {enabled: true, defaultNetworkNAD: openshift-ovn-kubernetes/default}}\n"), "")
+	if err != nil || c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD != "openshift-ovn-kubernetes/default" {
+		t.Errorf("defaultNetworkNAD not kept: %+v, %v", c, err)
 	}
 	// An explicitly empty list is kept empty: "exclude nothing".
 	c, err = Parse([]byte("excludedNamespaces: []\n"), "")

@@ -25,6 +25,9 @@ func Validate(c *Config) field.ErrorList {
 		errs = append(errs, validateBindingName(p, field.NewPath("vdpa", "bindingPlugin"))...)
 	}
 	errs = append(errs, validateMigration(&c.Migration, field.NewPath("migration"))...)
+	if nad := c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD; nad != "" {
+		errs = append(errs, validateNADRef(nad, field.NewPath("persistentIPs", "primaryUDN", "defaultNetworkNAD"))...)
+	}
 	return errs
 }
 
@@ -140,4 +143,17 @@ func SplitNAD(ref, defaultNamespace string) (namespace, name string, err error) 
 		return "", "", fmt.Errorf("name %q: %s", n, strings.Join(msgs, "; "))
 	}
 	return ns, n, nil
+}
+
+// validateNADRef checks a "namespace/name" NAD reference that names no
+// namespace by default: the default-network NAD lives in OVN-Kubernetes'
+// namespace, not the VM's.
+func validateNADRef(nad string, p *field.Path) field.ErrorList {
+	if !strings.Contains(nad, "/") {
+		return field.ErrorList{field.Invalid(p, nad, `want "namespace/name", e.g. ovn-kubernetes/default`)}
+	}
+	if _, _, err := SplitNAD(nad, ""); err != nil {
+		return field.ErrorList{field.Invalid(p, nad, err.Error())}
+	}
+	return nil
 }
