@@ -45,6 +45,8 @@ type Info struct {
 	IPAMType string
 	// Role is "primary" for primary user-defined networks.
 	Role string
+	// Topology is OVN-Kubernetes' "topology": layer2, layer3 or localnet.
+	Topology string
 	// Subnets are the subnets the config says it assigns from: OVN-K's
 	// "subnets", or the IPAM's "subnet", "range" or "ranges". Empty when
 	// the config does not say (kube-ovn keeps them in its Subnet objects).
@@ -70,6 +72,19 @@ func (i *Info) Classify(sriovPrefixes, vdpaPrefixes []string) Kind {
 		return KindSRIOV
 	}
 	return KindBridge
+}
+
+// CNITypeOVNKubernetes is the CNI type of OVN-Kubernetes attachments.
+const CNITypeOVNKubernetes = "ovn-k8s-cni-overlay"
+
+// RolePrimary marks a NAD as its namespace's primary user-defined network.
+const RolePrimary = "primary"
+
+// IsPrimaryUDN reports whether the NAD is an OVN-Kubernetes primary
+// user-defined network: the network of its namespace's pods' default
+// interface, in place of the cluster default network.
+func (i *Info) IsPrimaryUDN() bool {
+	return i.ConfigError == nil && i.CNIType == CNITypeOVNKubernetes && i.Role == RolePrimary
 }
 
 // IsKubeOVN reports whether kube-ovn runs this attachment.
@@ -99,6 +114,7 @@ type cniConfig struct {
 	Provider           string      `json:"provider"`
 	AllowPersistentIPs bool        `json:"allowPersistentIPs"`
 	Role               string      `json:"role"`
+	Topology           string      `json:"topology"`
 	Subnets            string      `json:"subnets"`
 	IPAM               *ipamConfig `json:"ipam"`
 	Plugins            []cniConfig `json:"plugins"`
@@ -163,6 +179,7 @@ func Parse(nad *nadv1.NetworkAttachmentDefinition) *Info {
 	info.Provider = c.Provider
 	info.AllowPersistentIPs = c.AllowPersistentIPs
 	info.Role = c.Role
+	info.Topology = c.Topology
 	info.Subnets = c.subnets()
 	if c.IPAM != nil {
 		info.IPAMType = c.IPAM.Type
@@ -176,6 +193,9 @@ func Parse(nad *nadv1.NetworkAttachmentDefinition) *Info {
 		info.AllowPersistentIPs = info.AllowPersistentIPs || p.AllowPersistentIPs
 		if info.Role == "" {
 			info.Role = p.Role
+		}
+		if info.Topology == "" {
+			info.Topology = p.Topology
 		}
 		if p.IPAM != nil && info.IPAMType == "" {
 			info.IPAMType = p.IPAM.Type

@@ -30,8 +30,10 @@ func TestParse(t *testing.T) {
 			want: Info{CNIType: "bridge", NetworkName: "br-net", IPAMType: "whereabouts"}},
 		"kube-ovn with provider": {nad: nad("", `{"type":"kube-ovn","provider":"p.ns.ovn"}`),
 			want: Info{CNIType: "kube-ovn", Provider: "p.ns.ovn"}},
-		"OVN-K persistent IPs": {nad: nad("", `{"name":"l2","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true,"role":"primary"}`),
-			want: Info{CNIType: "ovn-k8s-cni-overlay", NetworkName: "l2", AllowPersistentIPs: true, Role: "primary"}},
+		"OVN-K persistent IPs": {nad: nad("", `{"name":"l2","type":"ovn-k8s-cni-overlay","topology":"layer2","allowPersistentIPs":true,"role":"primary"}`),
+			want: Info{CNIType: "ovn-k8s-cni-overlay", NetworkName: "l2", AllowPersistentIPs: true, Role: "primary", Topology: "layer2"}},
+		"conflist takes role and topology from the first plugin": {nad: nad("", `{"name":"p","plugins":[{"type":"ovn-k8s-cni-overlay","topology":"layer3","role":"primary"}]}`),
+			want: Info{CNIType: "ovn-k8s-cni-overlay", NetworkName: "p", Role: "primary", Topology: "layer3"}},
 		"conflist takes the first plugin": {nad: nad("intel.com/x", `{"name":"list","plugins":[{"type":"sriov","ipam":{"type":"host-local"},"provider":"pp","allowPersistentIPs":true},{"type":"tuning"}]}`),
 			want: Info{ResourceName: "intel.com/x", CNIType: "sriov", NetworkName: "list", IPAMType: "host-local", Provider: "pp", AllowPersistentIPs: true}},
 		"OVN-K subnets, layer3 host-subnet length dropped": {nad: nad("", `{"name":"l3","type":"ovn-k8s-cni-overlay","subnets":"10.128.0.0/14/23, fd00:10::/64"}`),
@@ -61,6 +63,21 @@ func TestParse(t *testing.T) {
 				t.Errorf("got %+v\nwant %+v", *got, c.want)
 			}
 		})
+	}
+}
+
+func TestIsPrimaryUDN(t *testing.T) {
+	for cfg, want := range map[string]bool{
+		`{"name":"a","type":"ovn-k8s-cni-overlay","role":"primary","topology":"layer2"}`:   true,
+		`{"name":"a","type":"ovn-k8s-cni-overlay","role":"primary","topology":"layer3"}`:   true, // primary, whatever the topology
+		`{"name":"a","type":"ovn-k8s-cni-overlay","role":"secondary","topology":"layer2"}`: false,
+		`{"name":"a","type":"ovn-k8s-cni-overlay","topology":"layer2"}`:                    false,
+		`{"name":"a","type":"bridge","role":"primary"}`:                                    false, // only OVN-K has primary networks
+		`{"type":`: false,
+	} {
+		if got := Parse(nad("", cfg)).IsPrimaryUDN(); got != want {
+			t.Errorf("%s: IsPrimaryUDN = %v, want %v", cfg, got, want)
+		}
 	}
 }
 
