@@ -7,6 +7,8 @@ package lookup
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -30,6 +32,11 @@ type Facts interface {
 	NamespaceLabels(ctx context.Context, namespace string) (map[string]string, error)
 	// KubeVirt returns the KubeVirt CR, or nil when none is visible.
 	KubeVirt(ctx context.Context) (*kubevirtv1.KubeVirt, error)
+	// PrimaryNetworks returns the NADs of a namespace that are
+	// OVN-Kubernetes primary user-defined networks (netattach.Info.IsPrimaryUDN),
+	// sorted by name. OVN-Kubernetes allows one per namespace; callers
+	// decide what more than one means.
+	PrimaryNetworks(ctx context.Context, namespace string) ([]*netattach.Info, error)
 }
 
 // Reader answers from a controller-runtime reader, normally the manager's
@@ -97,14 +104,43 @@ func (r *Reader) NAD(ctx context.Context, namespace, name string) (*netattach.In
 		}
 		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", namespace, name, err)
 	}
+	return r.parse(&nad), nil
+}
+
+// parse returns the memoised parse of nad when it is of the same
+// resourceVersion, else parses and remembers it.
+func (r *Reader) parse(nad *nadv1.NetworkAttachmentDefinition) *netattach.Info {
+	key := nad.Namespace + "/" + nad.Name
 	if v, ok := r.memo().Get(key); ok {
 		if info := v.(*netattach.Info); info.ResourceVersion == nad.ResourceVersion {
-			return info, nil
+			return info
 		}
 	}
-	info := netattach.Parse(&nad)
+	info := netattach.Parse(nad)
 	r.memo().Add(key, info)
-	return info, nil
+	return info
+}
+
+// PrimaryNetworks implements Facts. It lists the namespace's NADs from the
+// cache (an index lookup, without copying them: they are only read) and
+// parses each once per resourceVersion.
+func (r *Reader) PrimaryNetworks(ctx context.Context, namespace string) ([]*netattach.Info, error) {
+	var list nadv1.NetworkAttachmentDefinitionList
+	if err := r.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing NetworkAttachmentDefinitions in %s: %w", namespace, err)
+	}
+	var out []*netattach.Info
+	for i := range list.Items {
+		if info := r.parse(&list.Items[i]); info.IsPrimaryUDN() {
+			out = append(out, info)
+		}
+	}
+	sortByName(out)
+	return out, nil
+}
+
+func sortByName(infos []*netattach.Info) {
+	slices.SortFunc(infos, func(a, b *netattach.Info) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // NamespaceLabels implements Facts.
@@ -168,6 +204,18 @@ func (s *Snapshot) NAD(_ context.Context, namespace, name string) (*netattach.In
 // NamespaceLabels implements Facts.
 func (s *Snapshot) NamespaceLabels(_ context.Context, namespace string) (map[string]string, error) {
 	return s.Namespaces[namespace], nil
+}
+
+// PrimaryNetworks implements Facts.
+func (s *Snapshot) PrimaryNetworks(_ context.Context, namespace string) ([]*netattach.Info, error) {
+	var out []*netattach.Info
+	for _, info := range s.NADs {
+		if info.Namespace == namespace && info.IsPrimaryUDN() {
+			out = append(out, info)
+		}
+	}
+	sortByName(out)
+	return out, nil
 }
 
 // KubeVirt implements Facts.

@@ -96,6 +96,9 @@ func TestReaderErrors(t *testing.T) {
 	if _, err := r.KubeVirt(ctx); !errors.Is(err, boom) {
 		t.Errorf("KubeVirt error = %v", err)
 	}
+	if _, err := r.PrimaryNetworks(ctx, "ns"); !errors.Is(err, boom) || !strings.Contains(err.Error(), "in ns") {
+		t.Errorf("PrimaryNetworks error = %v", err)
+	}
 }
 
 func TestSnapshot(t *testing.T) {
@@ -115,5 +118,55 @@ func TestSnapshot(t *testing.T) {
 	}
 	if got, _ := s.KubeVirt(ctx); got != kv {
 		t.Errorf("KubeVirt = %v", got)
+	}
+}
+
+// PrimaryNetworks finds a namespace's OVN-Kubernetes primary UDNs, and only
+// those, the same way from the cache and from a snapshot.
+func TestPrimaryNetworks(t *testing.T) {
+	ctx := context.Background()
+	nad := func(ns, name, cfg string) nadv1.NetworkAttachmentDefinition {
+		return nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: cfg}}
+	}
+	nads := []nadv1.NetworkAttachmentDefinition{
+		nad("a", "zz-primary", `{"name":"a_zz","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary"}`),
+		nad("a", "primary", `{"name":"a_p","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","allowPersistentIPs":true}`),
+		nad("a", "secondary", `{"name":"s","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"secondary"}`),
+		nad("a", "bridge", `{"name":"b","type":"bridge","role":"primary"}`),
+		nad("a", "broken", `{"type":`),
+		nad("b", "primary", `{"name":"b_p","type":"ovn-k8s-cni-overlay","topology":"layer3","role":"primary"}`),
+	}
+	objs := make([]client.Object, len(nads))
+	for i := range nads {
+		objs[i] = &nads[i]
+	}
+	facts := map[string]lookup.Facts{
+		"reader":   lookup.NewReader(fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).Build()),
+		"snapshot": lookup.NewSnapshot(nads, nil, nil),
+	}
+	for name, f := range facts {
+		t.Run(name, func(t *testing.T) {
+			for ns, want := range map[string][]string{"a": {"primary", "zz-primary"}, "b": {"primary"}, "c": nil} {
+				got, err := f.PrimaryNetworks(ctx, ns)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var names []string
+				for _, i := range got {
+					if i.Namespace != ns {
+						t.Errorf("namespace %s: got %s", ns, i.Ref())
+					}
+					names = append(names, i.Name)
+				}
+				if strings.Join(names, ",") != strings.Join(want, ",") {
+					t.Errorf("namespace %s: primary networks %v, want %v", ns, names, want)
+				}
+			}
+		})
+	}
+	r := facts["reader"].(*lookup.Reader)
+	first, _ := r.PrimaryNetworks(ctx, "a")
+	if again, _ := r.NAD(ctx, "a", "primary"); again != first[0] {
+		t.Error("a NAD listed for PrimaryNetworks was parsed again by NAD: the memo is not shared")
 	}
 }

@@ -136,6 +136,9 @@ func (failingFacts) NamespaceLabels(context.Context, string) (map[string]string,
 func (failingFacts) KubeVirt(context.Context) (*kubevirtv1.KubeVirt, error) {
 	return nil, errors.New("listing KubeVirt CRs: cache not synced")
 }
+func (failingFacts) PrimaryNetworks(_ context.Context, ns string) ([]*netattach.Info, error) {
+	return nil, fmt.Errorf("listing NetworkAttachmentDefinitions in %s: %w", ns, errors.New("cache not synced"))
+}
 
 func TestLookupFailureIs500WithContext(t *testing.T) {
 	hs := webhook.NewHandlers(config.Static(exampleConfig(t)), failingFacts{}, webhook.HandlerOptions{})
