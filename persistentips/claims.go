@@ -85,10 +85,22 @@ func Claimable(info *netattach.Info) (bool, string) {
 }
 
 // Desired computes the claims owner o needs for the networks of spec: one
-// per secondary Multus network whose NAD allows persistent IPs. It is a
-// pure function of the spec and the NAD facts, shared by the controller and
-// the offline CLI. A missing NAD only skips its own network.
-func Desired(ctx context.Context, o Owner, spec *kubevirtv1.VirtualMachineInstanceSpec, facts lookup.Facts) (want []WantedClaim, skipped []Skipped, err error) {
+// per secondary Multus network whose NAD allows persistent IPs and, with
+// persistentIPs.primaryUDN on, one for the pod network on a primary
+// user-defined network (DesiredPrimary). It is a pure function of the spec,
+// the config and the NAD facts, shared by the controller and the offline
+// CLI. A missing NAD only skips its own network.
+func Desired(ctx context.Context, cfg *config.Config, o Owner, spec *kubevirtv1.VirtualMachineInstanceSpec, facts lookup.Facts) (want []WantedClaim, skipped []Skipped, err error) {
+	w, s, err := DesiredPrimary(ctx, cfg, o, spec, facts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w != nil {
+		want = append(want, *w)
+	}
+	if s != nil {
+		skipped = append(skipped, *s)
+	}
 	for _, net := range spec.Networks {
 		if net.Multus == nil || net.Multus.Default {
 			// The pod network and a Multus default network are the pod's
@@ -167,7 +179,7 @@ func Offline(ctx context.Context, cfg *config.Config, facts lookup.Facts, kind, 
 	default:
 		return nil, nil
 	}
-	want, _, err := Desired(ctx, owner, spec, facts)
+	want, _, err := Desired(ctx, cfg, owner, spec, facts)
 	if err != nil {
 		return nil, err
 	}

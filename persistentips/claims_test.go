@@ -107,7 +107,7 @@ func TestDesiredReportsWhy(t *testing.T) {
 	if err := json.Unmarshal([]byte(testVM), &vm); err != nil {
 		t.Fatal(err)
 	}
-	want, skipped, err := Desired(context.Background(), Owner{Kind: "VirtualMachine", Namespace: "a", Name: "web"}, mustSpec(t, vm.Spec.Template.Spec), testFacts())
+	want, skipped, err := Desired(context.Background(), ptr.To(config.Config{}.Default("")), Owner{Kind: "VirtualMachine", Namespace: "a", Name: "web"}, mustSpec(t, vm.Spec.Template.Spec), testFacts())
 	if err != nil {
 		t.Fatal(err)
 	}

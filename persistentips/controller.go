@@ -28,6 +28,7 @@ import (
 
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/netattach"
 )
 
 // KubeVirt's launcher-pod metadata (which VMI a pod runs), the cache
@@ -129,20 +130,28 @@ func launcherVMI(_ context.Context, p *corev1.Pod) []reconcile.Request {
 	return nil
 }
 
+// podNetworkRef is the nadIndex key of a namespace's VMs and VMIs that have
+// a pod network: the users of the namespace's primary user-defined network.
+// "*" cannot start a NAD name, so it collides with no NAD.
+func podNetworkRef(namespace string) string { return namespace + "/*pod-network" }
+
 // nadRefs indexes VMs and VMIs by the NADs ("ns/name") their Multus
-// networks attach.
+// networks attach, and by podNetworkRef when they have a pod network.
 func nadRefs(o client.Object) []string {
-	var nets []kubevirtv1.Network
+	var spec *kubevirtv1.VirtualMachineInstanceSpec
 	switch v := o.(type) {
 	case *kubevirtv1.VirtualMachine:
 		if v.Spec.Template != nil {
-			nets = v.Spec.Template.Spec.Networks
+			spec = &v.Spec.Template.Spec
 		}
 	case *kubevirtv1.VirtualMachineInstance:
-		nets = v.Spec.Networks
+		spec = &v.Spec
+	}
+	if spec == nil {
+		return nil
 	}
 	var out []string
-	for _, n := range nets {
+	for _, n := range spec.Networks {
 		if n.Multus == nil {
 			continue
 		}
@@ -150,28 +159,39 @@ func nadRefs(o client.Object) []string {
 			out = append(out, ns+"/"+name)
 		}
 	}
+	if PodNetwork(spec) != nil {
+		out = append(out, podNetworkRef(o.GetNamespace()))
+	}
 	return out
 }
 
 // usersOfNAD enqueues every VM and VMI that attaches a NAD, so a VM created
 // before its NAD (or before the NAD allowed persistent IPs) gets its claim
-// when the NAD arrives. An index keeps this a lookup, not a scan of every VM.
+// when the NAD arrives; for a primary user-defined network, every VM and
+// VMI of its namespace with a pod network. An index keeps this a lookup,
+// not a scan of every VM.
 func (r *Reconciler) usersOfNAD(ctx context.Context, o client.Object) []reconcile.Request {
-	key := client.MatchingFields{nadIndex: o.GetNamespace() + "/" + o.GetName()}
+	keys := []string{o.GetNamespace() + "/" + o.GetName()}
+	if nad, ok := o.(*nadv1.NetworkAttachmentDefinition); ok && netattach.Parse(nad).IsPrimaryUDN() {
+		keys = append(keys, podNetworkRef(o.GetNamespace()))
+	}
 	var out []reconcile.Request
-	var vms kubevirtv1.VirtualMachineList
-	if err := r.Client.List(ctx, &vms, key); err != nil {
-		logf.FromContext(ctx).Error(err, "listing VMs that attach a NAD", "nad", key)
-	}
-	for _, vm := range vms.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vm.Namespace, Name: vm.Name}})
-	}
-	var vmis kubevirtv1.VirtualMachineInstanceList
-	if err := r.Client.List(ctx, &vmis, key); err != nil {
-		logf.FromContext(ctx).Error(err, "listing VMIs that attach a NAD", "nad", key)
-	}
-	for _, vmi := range vmis.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
+	for _, k := range keys {
+		key := client.MatchingFields{nadIndex: k}
+		var vms kubevirtv1.VirtualMachineList
+		if err := r.Client.List(ctx, &vms, key); err != nil {
+			logf.FromContext(ctx).Error(err, "listing VMs that attach a NAD", "nad", k)
+		}
+		for _, vm := range vms.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vm.Namespace, Name: vm.Name}})
+		}
+		var vmis kubevirtv1.VirtualMachineInstanceList
+		if err := r.Client.List(ctx, &vmis, key); err != nil {
+			logf.FromContext(ctx).Error(err, "listing VMIs that attach a NAD", "nad", k)
+		}
+		for _, vmi := range vmis.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
+		}
 	}
 	return out
 }
@@ -258,7 +278,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.leaks.set(key, 0)
 		return result, nil
 	}
-	want, skipped, err := Desired(ctx, owner, spec, r.Facts)
+	want, skipped, err := Desired(ctx, cfg, owner, spec, r.Facts)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
