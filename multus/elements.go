@@ -167,6 +167,22 @@ func (e *Element) UnmarshalJSON(data []byte) error {
 // or the comma-separated short form "ns/name@ifname, name2". Errors say which
 // element is wrong and why.
 func Parse(annotation string) ([]*Element, error) {
+	return parse(NetworksAnnotation, annotation, true)
+}
+
+// DefaultNetworkAnnotation is Multus' choice of a pod's default network, in
+// the same forms as NetworksAnnotation.
+const DefaultNetworkAnnotation = "v1.multus-cni.io/default-network"
+
+// ParseDefaultNetwork reads the default-network annotation. Unlike a
+// secondary network's element, its element may carry "ips" together with
+// "ipam-claim-reference": OVN-Kubernetes takes both from it for a primary
+// user-defined network (it records the requested IPs in the claim).
+func ParseDefaultNetwork(annotation string) ([]*Element, error) {
+	return parse(DefaultNetworkAnnotation, annotation, false)
+}
+
+func parse(what, annotation string, secondary bool) ([]*Element, error) {
 	s := strings.TrimSpace(annotation)
 	if s == "" {
 		return nil, nil
@@ -174,17 +190,17 @@ func Parse(annotation string) ([]*Element, error) {
 	if strings.HasPrefix(s, "[") || strings.HasPrefix(s, "{") {
 		var elems []*Element
 		if err := json.Unmarshal([]byte(s), &elems); err != nil {
-			return nil, fmt.Errorf("%s is not a valid JSON list of network selection elements: %w", NetworksAnnotation, err)
+			return nil, fmt.Errorf("%s is not a valid JSON list of network selection elements: %w", what, err)
 		}
 		for i, e := range elems {
 			if e == nil {
-				return nil, fmt.Errorf("%s element %d: null is not a network selection element", NetworksAnnotation, i)
+				return nil, fmt.Errorf("%s element %d: null is not a network selection element", what, i)
 			}
 			if e.Name() == "" {
-				return nil, fmt.Errorf("%s element %d: \"name\" is required and must be a string", NetworksAnnotation, i)
+				return nil, fmt.Errorf("%s element %d: \"name\" is required and must be a string", what, i)
 			}
-			if e.Has(KeyIPs) && e.Has(KeyIPAMClaimReference) {
-				return nil, fmt.Errorf("%s element %d (%s): \"ips\" and \"ipam-claim-reference\" cannot be used together", NetworksAnnotation, i, e.Name())
+			if secondary && e.Has(KeyIPs) && e.Has(KeyIPAMClaimReference) {
+				return nil, fmt.Errorf("%s element %d (%s): \"ips\" and \"ipam-claim-reference\" cannot be used together", what, i, e.Name())
 			}
 		}
 		return elems, nil
@@ -193,7 +209,7 @@ func Parse(annotation string) ([]*Element, error) {
 	for i, item := range strings.Split(s, ",") {
 		ns, name, iface, err := ParseShort(item)
 		if err != nil {
-			return nil, fmt.Errorf("%s element %d: %w", NetworksAnnotation, i, err)
+			return nil, fmt.Errorf("%s element %d: %w", what, i, err)
 		}
 		e := NewElement(ns, name)
 		if iface != "" {

@@ -166,3 +166,22 @@ func TestFormatKeepsBytes(t *testing.T) {
 		}
 	}
 }
+
+// The default-network element may carry ips with a claim reference (OVN-K
+// reads both for a primary UDN); a secondary element may not.
+func TestParseDefaultNetwork(t *testing.T) {
+	both := `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.0.0.5/24"],"ipam-claim-reference":"vm.default"}]`
+	if _, err := Parse(both); err == nil {
+		t.Error("Parse accepted ips with ipam-claim-reference")
+	}
+	elems, err := ParseDefaultNetwork(both)
+	if err != nil || len(elems) != 1 || elems[0].String(KeyIPAMClaimReference) != "vm.default" {
+		t.Fatalf("ParseDefaultNetwork = %v, %v", elems, err)
+	}
+	if elems, err := ParseDefaultNetwork("ovn-kubernetes/default"); err != nil || len(elems) != 1 || !elems[0].Refers("x", "ovn-kubernetes", "default") {
+		t.Errorf("short form = %v, %v", elems, err)
+	}
+	if _, err := ParseDefaultNetwork(`[{"name":`); err == nil || !strings.Contains(err.Error(), DefaultNetworkAnnotation) {
+		t.Errorf("error %v does not name %s", err, DefaultNetworkAnnotation)
+	}
+}

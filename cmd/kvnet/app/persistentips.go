@@ -58,6 +58,8 @@ func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source,
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("persistent IPs controller: %w", err)
 	}
-	opts.LauncherPodMutators = append(opts.LauncherPodMutators, mutators.ClaimRefs{Cache: mgr.GetCache(), API: mgr.GetAPIReader()})
+	opts.LauncherPodMutators = append(opts.LauncherPodMutators,
+		mutators.ClaimRefs{Cache: mgr.GetCache(), API: mgr.GetAPIReader()},
+		mutators.PrimaryUDN{Cache: mgr.GetCache(), API: mgr.GetAPIReader()})
 	return nil
 }

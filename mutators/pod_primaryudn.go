@@ -1,0 +1,301 @@
+package mutators
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/persistentips"
+)
+
+// Annotations of the primary-UDN path.
+const (
+	// DefaultNetworkAnnotation is Multus' choice of a pod's default network:
+	// one selection element. OVN-Kubernetes reads the primary user-defined
+	// network's claim reference, MAC and IPs from it.
+	DefaultNetworkAnnotation = multus.DefaultNetworkAnnotation
+	// LegacyPrimaryUDNClaimAnnotation names the primary network's IPAMClaim
+	// for OVN-Kubernetes releases that predate the claim reference in the
+	// default-network element; newer ones still read it, second to the element.
+	LegacyPrimaryUDNClaimAnnotation = "k8s.ovn.org/primary-udn-ipamclaim"
+	// VMIAddressesAnnotation is the IPs a VM asks for per interface,
+	// {"<interface>": ["10.0.0.5", ...]}, as KubeVirt's ipam-extensions and
+	// migration tools write it on the VM template (KubeVirt copies it to the
+	// VMI).
+	VMIAddressesAnnotation = "network.kubevirt.io/addresses"
+)
+
+// PrimaryUDN keeps the pod-network IP of VMs whose namespace's primary
+// network is an OVN-Kubernetes user-defined network (persistentIPs.primaryUDN).
+// The pod network is not in k8s.v1.cni.cncf.io/networks, so its claim goes
+// into the launcher pod's v1.multus-cni.io/default-network element, with the
+// MAC of the VM's pod interface and the IPs of network.kubevirt.io/addresses,
+// and, for older OVN-Kubernetes, into k8s.ovn.org/primary-udn-ipamclaim.
+//
+// The element names the cluster default network's NAD (config
+// defaultNetworkNAD), and Multus fails a pod whose element names a NAD that
+// does not exist; OVN-Kubernetes creates that NAD only with preconfigured
+// UDN addresses on. So the element is written only while the NAD is in the
+// cache; without it the legacy annotation alone carries the claim, and a MAC
+// or IPs the VM asks for are dropped with a warning.
+//
+// A default-network annotation already on the pod (from the VM template, or
+// another webhook) is completed when it is the same element with none of
+// kvnet's keys set to something else; otherwise the pod is refused (403)
+// naming the annotation: overwriting it would change the pod's network
+// behind its author's back, and leaving it would lose the VM's IP. The same
+// holds for the legacy annotation. On UPDATE an annotation the request does
+// not change is left alone: the pod's network is fixed at creation.
+type PrimaryUDN struct {
+	// Cache reads VMIs and IPAMClaims; informer-backed.
+	Cache client.Reader
+	// API reads a VMI the cache does not have yet; uncached.
+	API client.Reader
+}
+
+// Name implements chain.PodMutator.
+func (PrimaryUDN) Name() string { return "primary-udn" }
+
+// MutatePod implements chain.PodMutator.
+func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error {
+	pod := req.Pod
+	if !req.Config.PrimaryUDNEnabled() || pod.Annotations[chain.SkipAnnotation] == "true" {
+		return nil
+	}
+	vmiName := pod.Annotations[kubevirtv1.DomainAnnotation]
+	if vmiName == "" {
+		return nil
+	}
+	log := logf.FromContext(ctx)
+	// The namespace's NADs first: most namespaces have no primary network,
+	// and then the VMI is not read at all.
+	info, why, err := persistentips.PrimaryNetwork(ctx, req.Facts, req.Namespace)
+	if err != nil {
+		return err
+	}
+	if info == nil {
+		if why != "" {
+			req.Warn("the pod network's IP is not kept: %s", why)
+		}
+		return nil
+	}
+	if ok, why := persistentips.PrimaryClaimable(info); !ok {
+		log.V(1).Info("no primary-UDN IPAMClaim", "reason", why)
+		return nil
+	}
+	vmi, _, err := ClaimRefs{Cache: m.Cache, API: m.API}.vmi(ctx, req.Namespace, vmiName, false)
+	if err != nil || vmi == nil {
+		return err
+	}
+	podNet := persistentips.PodNetwork(&vmi.Spec)
+	if podNet == nil {
+		return nil
+	}
+	owner := persistentips.OwnerOf(vmi)
+	claim := persistentips.ClaimName(owner.Name, podNet.Name)
+	var c ipamv1alpha1.IPAMClaim
+	switch err := m.Cache.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: claim}, &c); {
+	case apierrors.IsNotFound(err):
+		// Not created yet: the controller creates it and OVN-Kubernetes waits.
+	case err != nil:
+		return fmt.Errorf("reading IPAMClaim %s/%s: %w", req.Namespace, claim, err)
+	case !owner.Owns(&c):
+		req.Warn("IPAMClaim %s is controlled by another object; the pod network of %s gets no persistent IP", claim, vmi.Name)
+		return nil
+	}
+
+	want := defaultElement{Claim: claim}
+	if iface := persistentips.PodInterface(&vmi.Spec, podNet.Name); iface != nil {
+		want.MAC = iface.MacAddress
+	}
+	if raw, ok := vmi.Annotations[VMIAddressesAnnotation]; ok {
+		ips, err := primaryIPs(raw, podNet.Name, info)
+		if err != nil {
+			req.Warn("%s on VMI %s is not applied to the pod network: %v", VMIAddressesAnnotation, vmi.Name, err)
+		}
+		want.IPs = ips
+	}
+	if want.Namespace, want.NAD, err = config.SplitNAD(req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD, ""); err != nil {
+		return fmt.Errorf("persistentIPs.primaryUDN.defaultNetworkNAD: %w", err)
+	}
+
+	if err := m.legacy(req, claim); err != nil {
+		return err
+	}
+	cur, present := pod.Annotations[DefaultNetworkAnnotation]
+	if present && unchangedOnUpdate(req, DefaultNetworkAnnotation) {
+		return nil
+	}
+	if !present {
+		nad, err := req.Facts.NAD(ctx, want.Namespace, want.NAD)
+		if err != nil {
+			return err
+		}
+		if nad == nil {
+			if want.MAC != "" || len(want.IPs) > 0 {
+				req.Warn("the MAC and IPs asked for on %s's pod network are not applied: NetworkAttachmentDefinition %s/%s, which %s must name, does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled); the IP is kept through %s", vmi.Name, want.Namespace, want.NAD, DefaultNetworkAnnotation, LegacyPrimaryUDNClaimAnnotation)
+			}
+			log.V(1).Info("default-network NAD not found; the primary-UDN claim goes through the legacy annotation only", "nad", want.Namespace+"/"+want.NAD)
+			return nil
+		}
+	}
+	out, changed, conflict := completeDefaultElement(cur, present, req.Namespace, want)
+	if conflict != "" {
+		return chain.RefuseForbidden(fmt.Sprintf("kvnet keeps the IP of %s on primary network %s through the pod's %s, but the pod already carries %s=%q: %s. Remove that annotation from the VM (template) or set it to what kvnet writes",
+			vmi.Name, info.Ref(), DefaultNetworkAnnotation, DefaultNetworkAnnotation, cur, conflict))
+	}
+	if changed {
+		pod.Annotations[DefaultNetworkAnnotation] = out
+	}
+	return nil
+}
+
+// legacy sets k8s.ovn.org/primary-udn-ipamclaim, refusing the pod when it
+// already names another claim (OVN-Kubernetes releases that read only it
+// would bind the IP to that claim).
+func (PrimaryUDN) legacy(req *chain.PodRequest, claim string) error {
+	cur, ok := req.Pod.Annotations[LegacyPrimaryUDNClaimAnnotation]
+	switch {
+	case !ok:
+		req.Pod.Annotations[LegacyPrimaryUDNClaimAnnotation] = claim
+	case cur == claim, unchangedOnUpdate(req, LegacyPrimaryUDNClaimAnnotation):
+	default:
+		return chain.RefuseForbidden(fmt.Sprintf("the pod carries %s=%q, but kvnet keeps the pod network's IP in IPAMClaim %q; remove the annotation from the VM (template)",
+			LegacyPrimaryUDNClaimAnnotation, cur, claim))
+	}
+	return nil
+}
+
+// unchangedOnUpdate reports whether an UPDATE leaves annotation key as the
+// stored pod has it.
+func unchangedOnUpdate(req *chain.PodRequest, key string) bool {
+	if req.Operation != admissionv1.Update || req.OldPod == nil {
+		return false
+	}
+	old, ok := req.OldPod.Annotations[key]
+	return ok && old == req.Pod.Annotations[key]
+}
+
+// defaultElement is what kvnet wants in the default-network element.
+type defaultElement struct {
+	Namespace, NAD string
+	IPs            []string
+	MAC            string
+	Claim          string
+}
+
+// completeDefaultElement returns the default-network annotation that carries
+// want: a new element when none is present, else the present one with
+// kvnet's keys added. It reports a conflict, and changes nothing, when the
+// present value is not one element for want's NAD or sets one of kvnet's
+// keys to another value. Keys kvnet does not set are kept as they are.
+func completeDefaultElement(cur string, present bool, podNamespace string, want defaultElement) (out string, changed bool, conflict string) {
+	var e *multus.Element
+	if present {
+		elems, err := multus.ParseDefaultNetwork(cur)
+		switch {
+		case err != nil:
+			return "", false, fmt.Sprintf("it does not parse: %v", err)
+		case len(elems) != 1:
+			return "", false, fmt.Sprintf("it selects %d networks, and a pod has one default network", len(elems))
+		case !elems[0].Refers(podNamespace, want.Namespace, want.NAD):
+			return "", false, fmt.Sprintf("it selects %s/%s, not the cluster default network %s/%s", orNS(elems[0].Namespace(), podNamespace), elems[0].Name(), want.Namespace, want.NAD)
+		}
+		e = elems[0]
+	} else {
+		e = multus.NewElement(want.Namespace, want.NAD)
+	}
+	if len(want.IPs) > 0 {
+		if e.Has(multus.KeyIPs) {
+			var ips []string
+			if json.Unmarshal(e.Raw(multus.KeyIPs), &ips) != nil || !slices.Equal(ips, want.IPs) {
+				return "", false, fmt.Sprintf("its %q is %s, the VM asks for %q", multus.KeyIPs, e.Raw(multus.KeyIPs), want.IPs)
+			}
+		} else {
+			if err := e.Set(multus.KeyIPs, want.IPs); err != nil {
+				return "", false, err.Error()
+			}
+			changed = true
+		}
+	}
+	for _, kv := range [][2]string{{multus.KeyMAC, want.MAC}, {multus.KeyIPAMClaimReference, want.Claim}} {
+		key, v := kv[0], kv[1]
+		switch {
+		case v == "":
+		case !e.Has(key):
+			e.SetString(key, v)
+			changed = true
+		case e.String(key) != v:
+			return "", false, fmt.Sprintf("its %q is %s, kvnet needs %q", key, e.Raw(key), v)
+		}
+	}
+	if !changed && present {
+		return cur, false, ""
+	}
+	out, err := multus.Format([]*multus.Element{e})
+	if err != nil {
+		return "", false, err.Error()
+	}
+	return out, true, ""
+}
+
+func orNS(ns, def string) string {
+	if ns == "" {
+		return def
+	}
+	return ns
+}
+
+// primaryIPs reads the pod network's IPs from network.kubevirt.io/addresses
+// ({"<interface>": ["10.0.0.5", "fd00::5"]}) and gives each the prefix
+// length of the primary network's subnet of its family, as OVN-Kubernetes
+// wants them in the element. An entry already in CIDR notation keeps its
+// prefix. An IP outside every subnet of its family is an error: OVN-Kubernetes
+// would refuse the pod.
+func primaryIPs(raw, iface string, info *netattach.Info) ([]string, error) {
+	var table map[string][]string
+	if err := json.Unmarshal([]byte(raw), &table); err != nil {
+		return nil, fmt.Errorf(`want {"<interface>": ["<ip>", ...]}: %w`, err)
+	}
+	var out []string
+	for _, s := range table[iface] {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q is neither an IP nor a CIDR", s)
+			}
+			p = netip.PrefixFrom(a, -1)
+		}
+		var subnet netip.Prefix
+		for _, sn := range info.Subnets {
+			if sn.Addr().Is4() == p.Addr().Is4() && sn.Contains(p.Addr()) {
+				subnet = sn
+				break
+			}
+		}
+		switch {
+		case !subnet.IsValid() && len(info.Subnets) > 0:
+			return nil, fmt.Errorf("%s is in no subnet of primary network %s (%v)", p.Addr(), info.Ref(), info.Subnets)
+		case !subnet.IsValid() && p.Bits() < 0:
+			return nil, fmt.Errorf("%s has no prefix length and primary network %s names no subnet to take it from", s, info.Ref())
+		case p.Bits() < 0:
+			p = netip.PrefixFrom(p.Addr(), subnet.Bits())
+		}
+		out = append(out, p.String())
+	}
+	return out, nil
+}
