@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -330,6 +331,58 @@ func TestPrimaryIPs(t *testing.T) {
 			}
 			if s := fmt.Sprint(got); s != tc.want && !(tc.want == "[]" && len(got) == 0) {
 				t.Errorf("got %s, want %s", s, tc.want)
+			}
+		})
+	}
+}
+
+// BenchmarkPrimaryUDN is the launcher-pod path in a namespace whose primary
+// network is a UDN (cached VMI, element and legacy annotation written),
+// next to what it costs every other namespace once switched on (the
+// namespace's NADs looked at, no VMI read), and ClaimRefs on a four-network
+// pod as the baseline of the same run: see the x-claimrefs metric.
+func BenchmarkPrimaryUDN(b *testing.B) {
+	ctx := context.Background()
+	cfg := config.Config{PersistentIPs: config.PersistentIPs{PrimaryUDN: config.PrimaryUDN{Enabled: true}}}.Default("")
+	vmi := udnVMI(`{"pn":["10.200.0.9"]}`)
+	m := PrimaryUDN{Cache: cacheReader{client.ObjectKeyFromObject(vmi): vmi}}
+	crVM := crVMI()
+	cr := ClaimRefs{Cache: cacheReader{client.ObjectKeyFromObject(crVM): crVM}}
+	crAnnotation := crElems("blue", "red", "plain", "gone")
+	udn, none, crf := udnSnapshot(udnPrimary, true), udnSnapshot("", true), crFacts()
+	run := func(b *testing.B, f func() error) float64 {
+		b.ReportAllocs()
+		start := time.Now()
+		n := 0
+		for b.Loop() {
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(n)
+	}
+	var baseline float64
+	b.Run("claimrefs-baseline", func(b *testing.B) {
+		baseline = run(b, func() error {
+			req := &chain.PodRequest{Operation: admissionv1.Create, Namespace: crNS, Pod: crPod(crAnnotation), Config: &cfg, Facts: crf}
+			return cr.MutatePod(ctx, req)
+		})
+	})
+	for name, facts := range map[string]lookup.Facts{"primary-udn": udn, "no-primary-network": none} {
+		b.Run(name, func(b *testing.B) {
+			ns := run(b, func() error {
+				req := &chain.PodRequest{Operation: admissionv1.Create, Namespace: udnNS, Pod: udnPod(nil), Config: &cfg, Facts: facts}
+				if err := m.MutatePod(ctx, req); err != nil {
+					return err
+				}
+				if facts == udn && req.Pod.Annotations[DefaultNetworkAnnotation] == "" {
+					return fmt.Errorf("no element written")
+				}
+				return nil
+			})
+			if baseline > 0 {
+				b.ReportMetric(ns/baseline, "x-claimrefs")
 			}
 		})
 	}
