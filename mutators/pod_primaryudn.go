@@ -117,12 +117,12 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 		return nil
 	}
 
-	want := defaultElement{Claim: claim}
+	want := DefaultElement{Claim: claim}
 	if iface := persistentips.PodInterface(&vmi.Spec, podNet.Name); iface != nil {
 		want.MAC = iface.MacAddress
 	}
 	if raw, ok := vmi.Annotations[VMIAddressesAnnotation]; ok {
-		ips, err := primaryIPs(raw, podNet.Name, info)
+		ips, err := PrimaryIPs(raw, podNet.Name, info)
 		if err != nil {
 			req.Warn("%s on VMI %s is not applied to the pod network: %v", VMIAddressesAnnotation, vmi.Name, err)
 		}
@@ -152,7 +152,7 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 			return nil
 		}
 	}
-	out, changed, conflict := completeDefaultElement(cur, present, req.Namespace, want)
+	out, changed, conflict := CompleteDefaultElement(cur, present, req.Namespace, want)
 	if conflict != "" {
 		return chain.RefuseForbidden(fmt.Sprintf("kvnet keeps the IP of %s on primary network %s through the pod's %s, but the pod already carries %s=%q: %s. Remove that annotation from the VM (template) or set it to what kvnet writes",
 			vmi.Name, info.Ref(), DefaultNetworkAnnotation, DefaultNetworkAnnotation, cur, conflict))
@@ -189,20 +189,21 @@ func unchangedOnUpdate(req *chain.PodRequest, key string) bool {
 	return ok && old == req.Pod.Annotations[key]
 }
 
-// defaultElement is what kvnet wants in the default-network element.
-type defaultElement struct {
+// DefaultElement is what kvnet wants in the default-network element: the
+// NAD it names, and the IPs, MAC and claim the pod network needs.
+type DefaultElement struct {
 	Namespace, NAD string
 	IPs            []string
 	MAC            string
 	Claim          string
 }
 
-// completeDefaultElement returns the default-network annotation that carries
+// CompleteDefaultElement returns the default-network annotation that carries
 // want: a new element when none is present, else the present one with
 // kvnet's keys added. It reports a conflict, and changes nothing, when the
 // present value is not one element for want's NAD or sets one of kvnet's
 // keys to another value. Keys kvnet does not set are kept as they are.
-func completeDefaultElement(cur string, present bool, podNamespace string, want defaultElement) (out string, changed bool, conflict string) {
+func CompleteDefaultElement(cur string, present bool, podNamespace string, want DefaultElement) (out string, changed bool, conflict string) {
 	var e *multus.Element
 	if present {
 		elems, err := multus.ParseDefaultNetwork(cur)
@@ -259,13 +260,13 @@ func orNS(ns, def string) string {
 	return ns
 }
 
-// primaryIPs reads the pod network's IPs from network.kubevirt.io/addresses
+// PrimaryIPs reads the pod network's IPs from network.kubevirt.io/addresses
 // ({"<interface>": ["10.0.0.5", "fd00::5"]}) and gives each the prefix
 // length of the primary network's subnet of its family, as OVN-Kubernetes
 // wants them in the element. An entry already in CIDR notation keeps its
 // prefix. An IP outside every subnet of its family is an error: OVN-Kubernetes
 // would refuse the pod.
-func primaryIPs(raw, iface string, info *netattach.Info) ([]string, error) {
+func PrimaryIPs(raw, iface string, info *netattach.Info) ([]string, error) {
 	var table map[string][]string
 	if err := json.Unmarshal([]byte(raw), &table); err != nil {
 		return nil, fmt.Errorf(`want {"<interface>": ["<ip>", ...]}: %w`, err)

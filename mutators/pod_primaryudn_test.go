@@ -319,7 +319,7 @@ func TestPrimaryIPs(t *testing.T) {
 			if i == nil {
 				i = info
 			}
-			got, err := primaryIPs(tc.raw, "pn", i)
+			got, err := PrimaryIPs(tc.raw, "pn", i)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)

@@ -221,6 +221,14 @@ func TestPrimaryUDNClaimAndLauncherPod(t *testing.T) {
 		t.Errorf("claim after restart: %v (uid %s, was %s)", err, again.UID, c.UID)
 	}
 
+	// A VM asking for an IP outside the primary network is refused on the
+	// VM, naming the annotation, rather than losing the IP at pod creation.
+	bad := udnVM(ns, "bad")
+	bad.Spec.Template.ObjectMeta.Annotations[mutators.VMIAddressesAnnotation] = `{"default":["192.168.9.9"]}`
+	if err := env.Client.Create(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.template.metadata.annotations[network.kubevirt.io/addresses]") {
+		t.Errorf("VM with an IP outside the primary network: err = %v, want 422 naming the annotation", err)
+	}
+
 	// Deleting the VM (KubeVirt's finalizer keeps it terminating) releases
 	// kvnet's finalizer; the owner reference stays for the garbage collector.
 	if err := env.Client.Delete(ctx, vm); err != nil {

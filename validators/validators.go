@@ -15,7 +15,7 @@ import (
 
 // Default is the validator chain.
 func Default() []chain.Validator {
-	return []chain.Validator{Topology{}, NADs{}, Binding{}, Plugins{}, DefaultRoute{}, VDPA{}, PersistentIPs{}, Addresses{}}
+	return []chain.Validator{Topology{}, NADs{}, Binding{}, Plugins{}, DefaultRoute{}, VDPA{}, PersistentIPs{}, PrimaryUDN{}, Addresses{}}
 }
 
 // multusNetwork is a Multus network with its interface and resolved NAD.

@@ -10,6 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/kvnet/kvnet/mutators"
@@ -20,14 +24,14 @@ import (
 // is a UDN: a MAC on the pod interface and, on the template,
 // the IP it asks for in network.kubevirt.io/addresses (which KubeVirt copies
 // to the VMI).
-func udnVMYAML(name string, templateAnnotations string) string {
+func udnVMYAML(name, runStrategy, templateAnnotations string) string {
 	return `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine
 metadata:
   name: ` + name + `
 spec:
-  runStrategy: Always
+  runStrategy: ` + runStrategy + `
   template:
     metadata:
       labels: {kubevirt.io/vm: ` + name + `}
@@ -56,6 +60,12 @@ func udnEnable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(restore)
+	udnDefaultNAD(t)
+}
+
+// udnDefaultNAD creates OVN-Kubernetes' default-network NAD for one test.
+func udnDefaultNAD(t *testing.T) {
+	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ovn-kubernetes"}}
 	if err := env.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -74,7 +84,7 @@ func TestPrimaryUDNClaimInRealLauncherPod(t *testing.T) {
 	udnEnable(t)
 	ns := newNamespace(t, nil)
 	createNAD(t, ns, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","netAttachDefName":"%[1]s/udn","allowPersistentIPs":true}`, ns))
-	vm := mustCreateVM(t, ns, udnVMYAML("web", `network.kubevirt.io/addresses: '{"default":["10.220.0.9"]}'`))
+	vm := mustCreateVM(t, ns, udnVMYAML("web", "Always", `network.kubevirt.io/addresses: '{"default":["10.220.0.9"]}'`))
 
 	vmi := waitVMI(t, ns, "web")
 	pod := waitLauncherPod(t, vmi)
@@ -99,14 +109,38 @@ func TestPrimaryUDNClaimInRealLauncherPod(t *testing.T) {
 }
 
 // A VM whose template carries a default-network annotation of its own
-// (which KubeVirt copies to the launcher pod) gets no pod: kvnet refuses it
-// naming the annotation, and virt-controller reports the refusal on the VMI.
+// (which KubeVirt copies to the launcher pod) is refused by kvnet when it is
+// created, naming the annotation: its pod would be refused. One admitted
+// before primaryUDN was switched on gets no pod when it starts: kvnet
+// refuses the pod naming the annotation, and virt-controller reports that
+// on the VMI.
 func TestPrimaryUDNRefusesForeignDefaultNetwork(t *testing.T) {
-	udnEnable(t)
 	ns := newNamespace(t, nil)
 	createNAD(t, ns, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","allowPersistentIPs":true}`, ns))
-	mustCreateVM(t, ns, udnVMYAML("own", `v1.multus-cni.io/default-network: `+ns+`/mine`))
-	vmi := waitVMI(t, ns, "own")
+	own := `v1.multus-cni.io/default-network: ` + ns + `/mine`
+	// Admitted while the switch is off, not started yet.
+	mustCreateVM(t, ns, udnVMYAML("early", "Halted", own))
+	udnEnable(t)
+
+	_, err := createVM(t, ns, udnVMYAML("own", "Always", own))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.template.metadata.annotations[v1.multus-cni.io/default-network]") {
+		t.Fatalf("VM with its own default network: err = %v, want 422 naming the annotation", err)
+	}
+
+	// Starting the early VM is an UPDATE: the error its stored object
+	// already had does not block it (ratcheting).
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var vm kubevirtv1.VirtualMachine
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "early"}, &vm); err != nil {
+			return err
+		}
+		vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyAlways)
+		return env.Client.Update(context.Background(), &vm)
+	})
+	if err != nil {
+		t.Fatalf("starting VM early: %v", err)
+	}
+	vmi := waitVMI(t, ns, "early")
 	eventually(t, "virt-controller reports kvnet's refusal of the launcher pod", func(ctx context.Context) (bool, string) {
 		var events corev1.EventList
 		if err := env.Client.List(ctx, &events); err != nil {

@@ -1,0 +1,91 @@
+package validators
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/persistentips"
+)
+
+// PrimaryUDN checks, on the VM, what the launcher-pod webhook would
+// otherwise only find out when virt-controller creates the pod, where
+// nobody reads its warnings and a refusal leaves the VM without a pod
+// (persistentIPs.primaryUDN on, in a namespace whose primary network is an
+// OVN-Kubernetes user-defined network):
+//
+//   - error: a template default-network annotation kvnet would have to
+//     overwrite (the pod would be refused), and a network.kubevirt.io/addresses
+//     that does not parse or asks for an IP outside the primary network;
+//   - warning: the primary network cannot keep IPs (not layer2, no
+//     allowPersistentIPs, no name), or the namespace has two of them.
+type PrimaryUDN struct{}
+
+// Name implements chain.Validator.
+func (PrimaryUDN) Name() string { return "primary-udn" }
+
+// Validate implements chain.Validator.
+func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
+	if !req.Config.PrimaryUDNEnabled() || req.Config.Excluded(req.Namespace) {
+		return nil, nil
+	}
+	if req.Kind == chain.KindVMI {
+		if ref := metav1.GetControllerOf(req.Meta); ref != nil && ref.Kind == chain.KindVM {
+			return nil, nil // the VM was validated; its VMI must be able to start
+		}
+	}
+	pod := persistentips.PodNetwork(req.Spec)
+	if pod == nil {
+		return nil, nil
+	}
+	info, why, err := persistentips.PrimaryNetwork(ctx, req.Facts, req.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if info == nil {
+		if why != "" {
+			req.Warn("the pod network's IP will not persist: %s", why)
+		}
+		return nil, nil
+	}
+	if ok, why := persistentips.PrimaryClaimable(info); !ok {
+		req.Warn("the pod network's IP will not persist: %s", why)
+		return nil, nil
+	}
+	annPath := req.TemplateMetaPath.Child("annotations")
+	var ann map[string]string
+	if req.TemplateMeta != nil {
+		ann = req.TemplateMeta.Annotations
+	}
+	var errs field.ErrorList
+	want := mutators.DefaultElement{Claim: persistentips.ClaimName(req.Name, pod.Name)}
+	if iface := persistentips.PodInterface(req.Spec, pod.Name); iface != nil {
+		want.MAC = iface.MacAddress
+	}
+	if raw, ok := ann[mutators.VMIAddressesAnnotation]; ok {
+		ips, err := mutators.PrimaryIPs(raw, pod.Name, info)
+		if err != nil {
+			errs = append(errs, field.Invalid(annPath.Key(mutators.VMIAddressesAnnotation), raw, fmt.Sprintf("pod network %s: %v", pod.Name, err)))
+		}
+		want.IPs = ips
+	}
+	if cur, ok := ann[mutators.DefaultNetworkAnnotation]; ok {
+		if want.Namespace, want.NAD, err = config.SplitNAD(req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD, ""); err != nil {
+			return nil, fmt.Errorf("persistentIPs.primaryUDN.defaultNetworkNAD: %w", err)
+		}
+		if _, _, conflict := mutators.CompleteDefaultElement(cur, true, req.Namespace, want); conflict != "" {
+			errs = append(errs, field.Forbidden(annPath.Key(mutators.DefaultNetworkAnnotation), fmt.Sprintf(
+				"kvnet keeps the pod network's IP on primary network %s through this annotation on the virt-launcher pod, and would refuse the pod: %s; remove it", info.Ref(), conflict)))
+		}
+	}
+	if cur, ok := ann[mutators.LegacyPrimaryUDNClaimAnnotation]; ok && cur != want.Claim {
+		errs = append(errs, field.Forbidden(annPath.Key(mutators.LegacyPrimaryUDNClaimAnnotation), fmt.Sprintf(
+			"kvnet keeps the pod network's IP in IPAMClaim %q and would refuse a virt-launcher pod naming %q; remove it", want.Claim, cur)))
+	}
+	return errs, nil
+}

@@ -1,0 +1,101 @@
+package validators
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/mutators"
+)
+
+const udnL2 = `{"name":"ns_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.200.0.0/16","allowPersistentIPs":true}`
+
+func udnRequest(primaries []string, templateAnnotations map[string]string, cfg config.Config) *chain.Request {
+	var nads []nadv1.NetworkAttachmentDefinition
+	for i, c := range primaries {
+		nads = append(nads, nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("udn%d", i)}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: c}})
+	}
+	spec := &kubevirtv1.VirtualMachineInstanceSpec{
+		Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
+	}
+	spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "default", MacAddress: "02:00:00:00:00:07"}}
+	d := cfg.Default("")
+	return &chain.Request{
+		Kind: chain.KindVM, Namespace: "ns", Name: "vm",
+		Meta: &metav1.ObjectMeta{Namespace: "ns", Name: "vm"}, TemplateMeta: &metav1.ObjectMeta{Annotations: templateAnnotations},
+		Spec: spec, SpecPath: field.NewPath("spec", "template", "spec"), TemplateMetaPath: field.NewPath("spec", "template", "metadata"),
+		Config: &d, Facts: lookup.NewSnapshot(nads, nil, nil),
+	}
+}
+
+func TestPrimaryUDNValidator(t *testing.T) {
+	on := config.Config{PersistentIPs: config.PersistentIPs{PrimaryUDN: config.PrimaryUDN{Enabled: true}}}
+	ipsOff := on
+	ipsOff.PersistentIPs.Enabled = ptr.To(false)
+	const annDN = "spec.template.metadata.annotations[v1.multus-cni.io/default-network]"
+	tests := map[string]struct {
+		cfg       *config.Config
+		primaries []string
+		ann       map[string]string
+		errPaths  []string
+		errText   string
+		warning   string
+	}{
+		"quiet":                  {primaries: []string{udnL2}},
+		"IPs inside the network": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+		"IP outside the network": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.9.3.4"]}`},
+			errPaths: []string{"spec.template.metadata.annotations[network.kubevirt.io/addresses]"}, errText: "in no subnet"},
+		"addresses do not parse": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `nope`},
+			errPaths: []string{"spec.template.metadata.annotations[network.kubevirt.io/addresses]"}},
+		"foreign default network": {primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"},
+			errPaths: []string{annDN}, errText: "selects ns/mine"},
+		"kvnet's own element, partly": {primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:07"}]`}},
+		"element with another MAC": {primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:99"}]`},
+			errPaths: []string{annDN}, errText: `"mac"`},
+		"legacy annotation naming another claim": {primaries: []string{udnL2}, ann: map[string]string{mutators.LegacyPrimaryUDNClaimAnnotation: "other"},
+			errPaths: []string{"spec.template.metadata.annotations[k8s.ovn.org/primary-udn-ipamclaim]"}},
+		"legacy annotation naming the claim": {primaries: []string{udnL2}, ann: map[string]string{mutators.LegacyPrimaryUDNClaimAnnotation: "vm.default"}},
+		"layer3 primary: warning":            {primaries: []string{strings.Replace(udnL2, "layer2", "layer3", 1)}, warning: "layer2 primary networks only"},
+		"two primaries: warning":             {primaries: []string{udnL2, udnL2}, warning: "2 primary user-defined networks"},
+		"no primary network":                 {ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
+		"off by default":                     {cfg: &config.Config{}, primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
+		"persistent IPs off":                 {cfg: &ipsOff, primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := on
+			if tc.cfg != nil {
+				cfg = *tc.cfg
+			}
+			req := udnRequest(tc.primaries, tc.ann, cfg)
+			errs, err := PrimaryUDN{}.Validate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var paths []string
+			for _, e := range errs {
+				paths = append(paths, e.Field)
+				if tc.errText != "" && !strings.Contains(e.Error(), tc.errText) {
+					t.Errorf("error %q lacks %q", e.Error(), tc.errText)
+				}
+			}
+			if fmt.Sprint(paths) != fmt.Sprint(tc.errPaths) && !(len(paths) == 0 && len(tc.errPaths) == 0) {
+				t.Errorf("error paths %v, want %v (%v)", paths, tc.errPaths, errs)
+			}
+			w := strings.Join(req.Warnings, "\n")
+			if tc.warning != "" && !strings.Contains(w, tc.warning) || tc.warning == "" && w != "" {
+				t.Errorf("warnings %q, want %q", w, tc.warning)
+			}
+		})
+	}
+}
