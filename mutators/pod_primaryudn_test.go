@@ -23,6 +23,7 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/multus"
 	"github.com/kvnet/kvnet/netattach"
 )
 
@@ -386,4 +387,44 @@ func BenchmarkPrimaryUDN(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzCompleteDefaultElement: any default-network annotation and
+// network.kubevirt.io/addresses value is completed or refused without a
+// panic; a completed annotation parses, carries kvnet's keys, and
+// completing it again changes nothing (reinvocation is a no-op).
+func FuzzCompleteDefaultElement(f *testing.F) {
+	for _, s := range [][2]string{
+		{"", `{"pn":["10.200.0.9"]}`},
+		{"ovn-kubernetes/default", `{"pn":["fd00:200::1/64"]}`},
+		{`[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:2a","x.io/k":[1,{"a":null}]}]`, `{}`},
+		{`[{"name":"default","namespace":"ovn-kubernetes","ips":["10.200.0.9/16"],"ipam-claim-reference":"web.pn"}]`, `{"pn":["10.200.0.9"]}`},
+		{`[{"name":"default"},{"name":"x"}]`, `nope`},
+		{`{"name":"default","namespace":"ovn-kubernetes"}`, `{"pn":["10.9.9.9"]}`},
+	} {
+		f.Add(s[0], s[1])
+	}
+	info := netattach.Parse(&nadv1.NetworkAttachmentDefinition{
+		ObjectMeta: metav1.ObjectMeta{Namespace: udnNS, Name: "udn"}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: udnPrimary},
+	})
+	f.Fuzz(func(t *testing.T, cur, addresses string) {
+		ips, _ := PrimaryIPs(addresses, "pn", info)
+		want := DefaultElement{Namespace: "ovn-kubernetes", NAD: "default", IPs: ips, MAC: udnMAC, Claim: "web.pn"}
+		present := cur != ""
+		out, changed, conflict := CompleteDefaultElement(cur, present, udnNS, want)
+		if conflict != "" {
+			return
+		}
+		if !present && !changed {
+			t.Fatalf("nothing written for an absent annotation")
+		}
+		elems, err := multus.ParseDefaultNetwork(out)
+		if err != nil || len(elems) != 1 || elems[0].String(multus.KeyIPAMClaimReference) != "web.pn" || elems[0].String(multus.KeyMAC) != udnMAC {
+			t.Fatalf("completed %q to %q (%v): not one element with kvnet's keys", cur, out, err)
+		}
+		again, changed2, conflict2 := CompleteDefaultElement(out, true, udnNS, want)
+		if conflict2 != "" || changed2 || again != out {
+			t.Fatalf("second pass on %q: %q changed=%v conflict=%q", out, again, changed2, conflict2)
+		}
+	})
 }
