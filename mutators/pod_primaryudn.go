@@ -159,6 +159,7 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 	}
 	if changed {
 		pod.Annotations[DefaultNetworkAnnotation] = out
+		log.V(1).Info("primary-UDN IPAMClaim referenced", "claim", claim, "network", info.Ref(), "vmi", vmi.Name)
 	}
 	return nil
 }
