@@ -96,7 +96,7 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 		log.V(1).Info("no primary-UDN IPAMClaim", "reason", why)
 		return nil
 	}
-	vmi, _, err := ClaimRefs{Cache: m.Cache, API: m.API}.vmi(ctx, req.Namespace, vmiName, false)
+	vmi, _, err := ClaimRefs(m).vmi(ctx, req.Namespace, vmiName, false)
 	if err != nil || vmi == nil {
 		return err
 	}
