@@ -107,7 +107,7 @@ func udnDefaultNAD(t *testing.T) {
 	if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	nad := createNAD(t, "ovn-kubernetes", "default", "", `{"cniVersion":"0.4.0","name":"ovn-kubernetes","type":"ovn-k8s-cni-overlay"}`)
+	nad := env.CreateNAD(t, "ovn-kubernetes", "default", "", `{"cniVersion":"0.4.0","name":"ovn-kubernetes","type":"ovn-k8s-cni-overlay"}`)
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, nad) })
 }
 
@@ -116,8 +116,8 @@ func udnDefaultNAD(t *testing.T) {
 // default-network annotation. The controller's claim for a secondary
 // network of the same VM shows it did reconcile the VM meanwhile.
 func TestPrimaryUDNOffByDefault(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "udn", "", fmt.Sprintf(udnPrimaryConfig, ns))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "udn", "", fmt.Sprintf(udnPrimaryConfig, ns))
 	piPersistentNAD(t, ns, "tenant", "tenant-net")
 	vm := udnVM(ns, "plain")
 	vm.Spec.Template.Spec.Networks = append(vm.Spec.Template.Spec.Networks, kubevirtv1.Network{Name: "tenant", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "tenant"}}})
@@ -156,10 +156,10 @@ func TestPrimaryUDNClaimAndLauncherPod(t *testing.T) {
 	}
 	defer restore()
 	udnDefaultNAD(t)
-	ns := newNamespace(t, nil)
+	ns := env.NewNamespace(t, nil)
 	vm := udnVM(ns, "web")
 	piCreateVM(t, vm)
-	createNAD(t, ns, "udn", "", fmt.Sprintf(udnPrimaryConfig, ns))
+	env.CreateNAD(t, ns, "udn", "", fmt.Sprintf(udnPrimaryConfig, ns))
 	claim := persistentips.ClaimName("web", "default")
 	c := piWaitClaimFor(t, ns, claim, vm)
 	if c.Spec.Network != ns+"_udn" || c.Spec.Interface != persistentips.PrimaryUDNInterface {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/test/framework"
 )
 
 // udnVMYAML is a VM on the pod network of a namespace whose primary network
@@ -70,7 +71,7 @@ func udnDefaultNAD(t *testing.T) {
 	if err := env.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	createNAD(t, "ovn-kubernetes", "default", "", `{"cniVersion":"0.4.0","name":"ovn-kubernetes","type":"ovn-k8s-cni-overlay"}`)
+	env.CreateNAD(t, "ovn-kubernetes", "default", "", `{"cniVersion":"0.4.0","name":"ovn-kubernetes","type":"ovn-k8s-cni-overlay"}`)
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "ovn-kubernetes", Name: "default"}})
 	})
@@ -82,8 +83,8 @@ func udnDefaultNAD(t *testing.T) {
 // legacy claim annotation; the claim exists and is owned by the VM.
 func TestPrimaryUDNClaimInRealLauncherPod(t *testing.T) {
 	udnEnable(t)
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","netAttachDefName":"%[1]s/udn","allowPersistentIPs":true}`, ns))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","netAttachDefName":"%[1]s/udn","allowPersistentIPs":true}`, ns))
 	vm := mustCreateVM(t, ns, udnVMYAML("web", "Always", `network.kubevirt.io/addresses: '{"default":["10.220.0.9"]}'`))
 
 	vmi := waitVMI(t, ns, "web")
@@ -115,8 +116,8 @@ func TestPrimaryUDNClaimInRealLauncherPod(t *testing.T) {
 // refuses the pod naming the annotation, and virt-controller reports that
 // on the VMI.
 func TestPrimaryUDNRefusesForeignDefaultNetwork(t *testing.T) {
-	ns := newNamespace(t, nil)
-	createNAD(t, ns, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","allowPersistentIPs":true}`, ns))
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","allowPersistentIPs":true}`, ns))
 	own := `v1.multus-cni.io/default-network: ` + ns + `/mine`
 	// Admitted while the switch is off, not started yet.
 	mustCreateVM(t, ns, udnVMYAML("early", "Halted", own))
@@ -141,10 +142,11 @@ func TestPrimaryUDNRefusesForeignDefaultNetwork(t *testing.T) {
 		t.Fatalf("starting VM early: %v", err)
 	}
 	vmi := waitVMI(t, ns, "early")
-	eventually(t, "virt-controller reports kvnet's refusal of the launcher pod", func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, "virt-controller reports kvnet's refusal of the launcher pod", waitTimeout, func() error {
+		ctx := context.Background()
 		var events corev1.EventList
 		if err := env.Client.List(ctx, &events); err != nil {
-			return false, err.Error()
+			return err
 		}
 		var seen []string
 		for _, e := range events.Items {
@@ -153,12 +155,12 @@ func TestPrimaryUDNRefusesForeignDefaultNetwork(t *testing.T) {
 			}
 			if strings.Contains(e.Message, mutators.DefaultNetworkAnnotation) && strings.Contains(e.Message, ns+"/mine") {
 				t.Logf("virt-controller: %s: %s", e.Reason, e.Message)
-				return true, ""
+				return nil
 			}
 			seen = append(seen, e.Reason+": "+e.Message)
 		}
 		pods, _ := launcherPods(ctx, vmi)
-		return false, fmt.Sprintf("events %q; %d launcher pods", seen, len(pods))
+		return fmt.Errorf("events %q; %d launcher pods", seen, len(pods))
 	})
 	if pods, err := launcherPods(context.Background(), vmi); err != nil || len(pods) != 0 {
 		t.Errorf("launcher pods %d (%v), want none: kvnet refuses them", len(pods), err)
