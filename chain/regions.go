@@ -1,9 +1,10 @@
 package chain
 
 // Region is a part of a VM or VMI that mutators may write. The webhook
-// encodes each before and after the chain and diffs only those that
-// changed: a mutator that writes anywhere else has its change dropped, which
-// the whole-object contract test in package webhook guards against.
+// copies each before the chain and builds the patch from what changed in
+// them: a mutator that writes anywhere else has its change dropped, which
+// the contract test in package mutators (TestChangesAreAlwaysRecorded)
+// guards against.
 type Region struct {
 	// Pointer locates the region in the admitted object.
 	Pointer string

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,9 +21,10 @@ import (
 )
 
 // decodeVMOrVMI decodes the part of a VM or VMI the chain reads (see vmView)
-// and returns the typed object together with a chain request whose pointers
-// alias into it, so mutators change the object itself.
-func decodeVMOrVMI(kind string, raw []byte) (any, *chain.Request, error) {
+// into a typed object and returns a chain request whose pointers alias into
+// it, so mutators change the object itself, and the shape of the admitted
+// object: which of the members mutators write (and their parents) it has.
+func decodeVMOrVMI(kind string, raw []byte) (*chain.Request, *vmShape, error) {
 	if len(raw) == 0 {
 		return nil, nil, fmt.Errorf("the request carries no object")
 	}
@@ -38,17 +40,26 @@ func decodeVMOrVMI(kind string, raw []byte) (any, *chain.Request, error) {
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
 		vm := &kubevirtv1.VirtualMachine{ObjectMeta: v.Metadata.objectMeta()}
-		if t := v.Spec.Template; t != nil {
-			vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
+		shape := &vmShape{kind: kind, meta: metaShapeOf(v.Metadata)}
+		if s := v.Spec; s != nil {
+			shape.spec = true
+			if t := s.Template; t != nil {
+				shape.template = true
+				shape.templateMeta = metaShapeOf(t.Metadata)
+				shape.vmiSpec = t.Spec.shape()
+				vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
+			}
 		}
-		return vm, chain.ForVM(vm), nil
+		return chain.ForVM(vm), shape, nil
 	case chain.KindVMI:
 		var v vmiView
 		if err := Unmarshal(raw, &v); err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
 		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: v.Metadata.objectMeta(), Spec: v.Spec.spec()}
-		return vmi, chain.ForVMI(vmi), nil
+		shape := &vmShape{kind: kind, meta: metaShapeOf(v.Metadata), vmiSpec: v.Spec.shape()}
+		shape.spec = shape.vmiSpec.present
+		return chain.ForVMI(vmi), shape, nil
 	}
 	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
 }
@@ -58,8 +69,20 @@ func decodeVMOrVMI(kind string, raw []byte) (any, *chain.Request, error) {
 // "metAdata" as metadata, and the patch computed from that view would then
 // address /metadata, which the object does not have (FuzzMigrationPods
 // found it), or kvnet would act on a field the API server ignores.
+//
+// A member given twice is refused: the view would merge both copies, so
+// kvnet would read (and patch) a member the object's last copy, the one a
+// JSON patch applies to, may not have. The API server encodes the objects
+// it sends, so only a hand-written object can have one.
 func Unmarshal(raw []byte, v any) error {
-	return kjson.UnmarshalCaseSensitivePreserveInts(raw, v)
+	strict, err := kjson.UnmarshalStrict(raw, v, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return err
+	}
+	if len(strict) > 0 {
+		return strict[0]
+	}
+	return nil
 }
 
 // vmView and vmiView are the parts of a VM and a VMI that kvnet's mutators
@@ -67,12 +90,13 @@ func Unmarshal(raw []byte, v any) error {
 // managedFields, and of the VMI spec only the networks, the interfaces and
 // the two domain fields vDPA needs. Disks, volumes, cloud-init and status
 // are never decoded; they stay in the request's object, which the patch
-// (computed per region, see chain.Request.Regions) leaves alone. Decoding
-// into the full KubeVirt types cost more than everything else the webhook
-// does: VirtualMachineInstanceSpec alone decodes itself twice.
+// (built from the members mutators write, see vmPatch) leaves alone.
+// Decoding into the full KubeVirt types cost more than everything else the
+// webhook does: VirtualMachineInstanceSpec alone decodes itself twice.
+// Parents are pointers, so the decode also tells which ones the object has.
 type vmView struct {
 	Metadata *objectMeta `json:"metadata"`
-	Spec     struct {
+	Spec     *struct {
 		Template *struct {
 			Metadata *objectMeta  `json:"metadata"`
 			Spec     *vmiSpecView `json:"spec"`
@@ -86,8 +110,8 @@ type vmiView struct {
 }
 
 type vmiSpecView struct {
-	Domain struct {
-		Devices struct {
+	Domain *struct {
+		Devices *struct {
 			Interfaces                 []kubevirtv1.Interface `json:"interfaces"`
 			NetworkInterfaceMultiQueue *bool                  `json:"networkInterfaceMultiqueue"`
 			AutoattachPodInterface     *bool                  `json:"autoattachPodInterface"`
@@ -102,11 +126,125 @@ func (v *vmiSpecView) spec() kubevirtv1.VirtualMachineInstanceSpec {
 	if v == nil {
 		return s
 	}
-	d := &v.Domain.Devices
-	s.Domain.Devices.Interfaces, s.Domain.Devices.NetworkInterfaceMultiQueue, s.Domain.Devices.AutoattachPodInterface = d.Interfaces, d.NetworkInterfaceMultiQueue, d.AutoattachPodInterface
-	s.Domain.Memory = v.Domain.Memory
 	s.Networks = v.Networks
+	if v.Domain == nil {
+		return s
+	}
+	s.Domain.Memory = v.Domain.Memory
+	if d := v.Domain.Devices; d != nil {
+		s.Domain.Devices.Interfaces, s.Domain.Devices.NetworkInterfaceMultiQueue, s.Domain.Devices.AutoattachPodInterface = d.Interfaces, d.NetworkInterfaceMultiQueue, d.AutoattachPodInterface
+	}
 	return s
+}
+
+func (v *vmiSpecView) shape() specShape {
+	var s specShape
+	if v == nil {
+		return s
+	}
+	s.present, s.networks = true, v.Networks != nil
+	if v.Domain == nil {
+		return s
+	}
+	s.domain, s.memory = true, v.Domain.Memory != nil
+	if d := v.Domain.Devices; d != nil {
+		s.devices, s.interfaces, s.multiqueue = true, d.Interfaces != nil, d.NetworkInterfaceMultiQueue != nil
+	}
+	return s
+}
+
+// vmShape says which members the mutators write, and which of their
+// parents, the admitted object has (present and not null): the patch adds a
+// member whole where the object lacks it, and under the first missing
+// parent where that is missing too.
+type vmShape struct {
+	kind string
+	meta metaShape
+	// spec, template: a VM's spec and spec.template (for a VMI, spec is
+	// vmiSpec.present).
+	spec, template bool
+	// templateMeta is a VM's spec.template.metadata.
+	templateMeta metaShape
+	// vmiSpec is a VM's spec.template.spec or a VMI's spec.
+	vmiSpec specShape
+}
+
+type metaShape struct{ present, annotations, labels bool }
+
+type specShape struct{ present, networks, domain, devices, interfaces, multiqueue, memory bool }
+
+func metaShapeOf(m *objectMeta) metaShape {
+	if m == nil {
+		return metaShape{}
+	}
+	return metaShape{present: true, annotations: m.Annotations != nil, labels: m.Labels != nil}
+}
+
+// has reports whether the admitted object has the member at pointer, one of
+// the regions chain.Request.Regions names or a parent of one.
+func (s *vmShape) has(pointer string) bool {
+	rest, ok := strings.CutPrefix(pointer, "/metadata")
+	if ok {
+		return s.meta.has(rest)
+	}
+	spec := "/spec"
+	if s.kind == chain.KindVM {
+		switch pointer {
+		case "/spec":
+			return s.spec
+		case "/spec/template":
+			return s.template
+		}
+		if rest, ok := strings.CutPrefix(pointer, "/spec/template/metadata"); ok {
+			return s.templateMeta.has(rest)
+		}
+		spec = "/spec/template/spec"
+	}
+	rest, ok = strings.CutPrefix(pointer, spec)
+	if !ok {
+		return false
+	}
+	v := &s.vmiSpec
+	switch rest {
+	case "":
+		return v.present
+	case "/networks":
+		return v.networks
+	case "/domain":
+		return v.domain
+	case "/domain/devices":
+		return v.devices
+	case "/domain/devices/interfaces":
+		return v.interfaces
+	case "/domain/devices/networkInterfaceMultiqueue":
+		return v.multiqueue
+	case "/domain/memory":
+		return v.memory
+	}
+	return false
+}
+
+func (m metaShape) has(rest string) bool {
+	switch rest {
+	case "":
+		return m.present
+	case "/annotations":
+		return m.annotations
+	case "/labels":
+		return m.labels
+	}
+	return false
+}
+
+// missing returns the first parent of pointer the admitted object lacks,
+// or "" when pointer's parent exists.
+func (s *vmShape) missing(pointer string) string {
+	for i := 1; i < len(pointer); i++ {
+		if pointer[i] == '/' && !s.has(pointer[:i]) {
+			return pointer[:i]
+		}
+	}
+	return ""
 }
 
 // objectMeta is metav1.ObjectMeta without managedFields (often the larger
@@ -166,12 +304,12 @@ func ownedByVM(meta *metav1.ObjectMeta) bool {
 // not copy to the VMI): acting on it again would override that choice, and
 // a refusal would only show as virt-controller retrying a VM that looks
 // admitted.
-func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg *config.Source, facts lookup.Facts) (*chain.Request, *admission.Response) {
-	answer := func(r admission.Response) (*chain.Request, *admission.Response) { return nil, &r }
+func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg *config.Source, facts lookup.Facts) (*chain.Request, *vmShape, *admission.Response) {
+	answer := func(r admission.Response) (*chain.Request, *vmShape, *admission.Response) { return nil, nil, &r }
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return answer(admission.Allowed(""))
 	}
-	_, cr, err := decodeVMOrVMI(kind, req.Object.Raw)
+	cr, shape, err := decodeVMOrVMI(kind, req.Object.Raw)
 	if err != nil {
 		return answer(admission.Errored(http.StatusBadRequest, err))
 	}
@@ -184,5 +322,5 @@ func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg 
 	if kind == chain.KindVMI && ownedByVM(cr.Meta) {
 		return answer(admission.Allowed("spec comes from a VirtualMachine kvnet already admitted"))
 	}
-	return cr, nil
+	return cr, shape, nil
 }

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/patch"
 )
 
 // VMMutator is the mutating webhook for VirtualMachines and
@@ -34,42 +32,34 @@ func (h *VMMutator) Handle(ctx context.Context, req admission.Request) admission
 }
 
 func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp admission.Response) {
-	log := logf.FromContext(ctx)
-	cr, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts)
+	cr, shape, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts)
 	if early != nil {
 		return *early
 	}
 	regions := cr.Regions()
-	snaps := make([]patch.Region, len(regions))
-	for i, r := range regions {
-		b, err := json.Marshal(r.Value())
-		if err != nil {
-			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding %s of %s: %w", r.Pointer, h.Kind, err))
-		}
-		snaps[i] = patch.Region{Pointer: r.Pointer, Before: b}
+	before, err := snapshot(regions)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("%s: %w", h.Kind, err))
 	}
 	if err := chain.RunMutators(ctx, cr, h.Mutators); err != nil {
 		return errorResponse(ctx, err, cr.Warnings)
 	}
 	if len(cr.Changes) == 0 {
 		// Most requests (KubeVirt's own updates, VMs already mutated) end
-		// here, having paid for one decode and the small region snapshots.
+		// here, having paid for one decode and the small region copies.
 		resp = admission.Allowed("")
 		resp.Warnings = cr.Warnings
 		return resp
 	}
-	for i, r := range regions {
-		b, err := json.Marshal(r.Value())
-		if err != nil {
-			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding mutated %s of %s: %w", r.Pointer, h.Kind, err))
-		}
-		snaps[i].After = b
-	}
-	ops, err := patch.ComputeRegions(req.Object.Raw, snaps)
+	ops, err := vmPatch(req.Object.Raw, shape, regions, before)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("computing the JSON patch of %s: %w", h.Kind, err))
 	}
-	log.Info("mutated", "changes", cr.Changes)
+	// What kvnet changed is on the object itself (kvnet.io/mutations);
+	// the line is for debugging, not paid for on every admitted VM.
+	if log := logf.FromContext(ctx).V(1); log.Enabled() {
+		log.Info("mutated", "changes", cr.Changes)
+	}
 	resp = admission.Patched("", ops...)
 	resp.Warnings = cr.Warnings
 	return resp
