@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/chain"
@@ -115,9 +114,9 @@ func FuzzAdmissionReview(f *testing.F) {
 		b, _ := json.Marshal(ar)
 		f.Add(b)
 	}
-	srv := map[string]*admission.Webhook{}
+	srv := map[string]http.Handler{}
 	for p, h := range exampleHandlers(f) {
-		srv[p] = &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)}
+		srv[p] = webhook.Webhook(h)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for p, wh := range srv {

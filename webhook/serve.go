@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/metrics"
@@ -15,15 +14,15 @@ import (
 
 // Serve is the envelope every kvnet admission handler runs in: a logger
 // carrying the webhook's name next to the request's identity (namespace,
-// name, requestID: controller-runtime's admission.Webhook adds those) in the
+// name, requestID: the Edge adds those) in the
 // context, a panic turned into a 500 that points at the logs instead of a
 // crashed request, and the request metrics. handle sees the enriched context.
 func Serve(ctx context.Context, webhook string, req admission.Request, handle func(context.Context, admission.Request) admission.Response) (resp admission.Response) {
 	start := time.Now()
-	// controller-runtime's logger in ctx already carries the object's
-	// namespace and name, the resource, the user and the uid (requestID);
-	// adding them again cost a field encoding each on every request.
-	log := logf.FromContext(ctx).WithValues("webhook", webhook)
+	// The Edge's logger in ctx carries the object's namespace and name,
+	// the resource, the user and the uid (requestID), encoded only for
+	// lines actually written.
+	ctx, log := withWebhook(ctx, webhook)
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error(fmt.Errorf("%v", p), "handler panicked", "stack", string(debug.Stack()))
@@ -31,7 +30,7 @@ func Serve(ctx context.Context, webhook string, req admission.Request, handle fu
 		}
 		observe(webhook, start, resp)
 	}()
-	return handle(logf.IntoContext(ctx, log), req)
+	return handle(ctx, req)
 }
 
 // observe counts the outcome of one request.

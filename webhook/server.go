@@ -4,7 +4,6 @@
 package webhook
 
 import (
-	"k8s.io/utils/ptr"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -55,16 +54,9 @@ func NewHandlers(cfg *config.Source, facts lookup.Facts, o HandlerOptions) Handl
 	return h
 }
 
-// Register mounts every handler on srv. controller-runtime's own panic
-// recovery is on as a second net under the handlers' own.
+// Register mounts every handler on srv, each in an Edge.
 func Register(srv ctrlwebhook.Server, hs Handlers) {
 	for path, h := range hs {
 		srv.Register(path, Webhook(h))
 	}
-}
-
-// Webhook is h as the webhook server mounts it: controller-runtime's
-// AdmissionReview decoding and encoding around it.
-func Webhook(h admission.Handler) *admission.Webhook {
-	return &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)}
 }

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/proxy"
@@ -50,7 +49,7 @@ func migrationProxyExtension(ctx context.Context, mgr manager.Manager, namespace
 		return err
 	}
 	h := &proxy.StatusRewriter{Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Store: store, MappingsReader: mappings}
-	mgr.GetWebhookServer().Register(webhook.PathMutateVMIMigrationStatus, &admission.Webhook{Handler: h, RecoverPanic: ptr.To(true)})
+	mgr.GetWebhookServer().Register(webhook.PathMutateVMIMigrationStatus, webhook.Webhook(h))
 	return nil
 }
 

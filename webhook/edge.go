@@ -1,0 +1,230 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/klog/v2"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// maxReview is the largest AdmissionReview kvnet reads: controller-runtime's
+// limit (two objects of at most 3 MiB each, and the rest).
+const maxReview = 7 << 20
+
+// Edge is an admission handler as the webhook server mounts it: the
+// AdmissionReview read and decoded once, the handler's answer completed and
+// encoded. It stands in for controller-runtime's admission.Webhook (the
+// server around it, with its TLS, certificate watcher and request metrics,
+// stays controller-runtime's), whose decoding runs the review through the
+// universal deserializer: one pass over the whole body to find its kind and
+// another to decode it, each with its own validity scan, before the handler
+// decodes the object a third time. Edge decodes the review in one pass, and
+// builds the request logger only when a line is written (see requestSink).
+// Its answers are the same: an undecodable review is a 400 AdmissionReview.
+type Edge struct {
+	Handler admission.Handler
+	// Log is the logger request loggers derive from.
+	Log logr.Logger
+}
+
+// Webhook is h as the webhook server mounts it.
+func Webhook(h admission.Handler) *Edge {
+	return &Edge{Handler: h, Log: logf.Log.WithName("admission")}
+}
+
+// review is the AdmissionReview as the API server sends it; v1 and v1beta1
+// have the same shape.
+type review struct {
+	APIVersion string                        `json:"apiVersion"`
+	Kind       string                        `json:"kind"`
+	Request    *admissionv1.AdmissionRequest `json:"request"`
+}
+
+// ServeHTTP implements http.Handler.
+func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rv, err := readReview(r)
+	if err != nil {
+		e.Log.Error(err, "bad request")
+		e.write(w, "", admission.Errored(http.StatusBadRequest, err))
+		return
+	}
+	req := admission.Request{AdmissionRequest: *rv.Request}
+	ctx := logr.NewContext(r.Context(), logr.New(newRequestSink(e.Log.GetSink(), &req)))
+	resp := e.handle(ctx, req)
+	e.write(w, rv.APIVersion, resp)
+}
+
+// readReview reads and decodes the body: JSON, a known AdmissionReview
+// version, at most maxReview bytes.
+func readReview(r *http.Request) (*review, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, errors.New("request body is empty")
+	}
+	defer r.Body.Close()
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		return nil, fmt.Errorf("contentType=%s, expected application/json", ct)
+	}
+	if r.ContentLength > maxReview {
+		return nil, fmt.Errorf("request entity is too large; limit is %d bytes", maxReview)
+	}
+	var body []byte
+	var err error
+	if r.ContentLength > 0 {
+		// One allocation of the announced size instead of io.ReadAll's
+		// doubling.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxReview+1))
+		if err == nil && len(body) > maxReview {
+			return nil, fmt.Errorf("request entity is too large; limit is %d bytes", maxReview)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	if len(body) == 0 {
+		return nil, errors.New("request body is empty")
+	}
+	rv := &review{Request: &admissionv1.AdmissionRequest{}}
+	if err := Unmarshal(body, rv); err != nil {
+		return nil, fmt.Errorf("decoding the AdmissionReview: %w", err)
+	}
+	switch {
+	case rv.APIVersion == "" && rv.Kind == "":
+		// As the universal deserializer does for an object without type
+		// information: decode it as the type asked for.
+	case rv.Kind != "AdmissionReview" || (rv.APIVersion != "admission.k8s.io/v1" && rv.APIVersion != "admission.k8s.io/v1beta1"):
+		return nil, fmt.Errorf("want an admission.k8s.io/v1 or v1beta1 AdmissionReview, got %s %s", rv.APIVersion, rv.Kind)
+	}
+	if rv.Request == nil {
+		// "request": null
+		rv.Request = &admissionv1.AdmissionRequest{}
+	}
+	return rv, nil
+}
+
+// handle runs the handler and completes its answer. A panic here is a
+// second net: kvnet's handlers run in Serve, which recovers their own.
+func (e *Edge) handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+	defer func() {
+		if p := recover(); p != nil {
+			logf.FromContext(ctx).Error(fmt.Errorf("%v", p), "handler panicked")
+			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("panic: %v [recovered]", p))
+			resp.UID = req.UID
+		}
+	}()
+	resp = e.Handler.Handle(ctx, req)
+	if err := resp.Complete(req); err != nil {
+		logf.FromContext(ctx).Error(err, "unable to encode response")
+		resp = admission.Errored(http.StatusInternalServerError, errors.New("unable to encode response"))
+		resp.UID = req.UID
+	}
+	return resp
+}
+
+// write encodes the answer as an AdmissionReview of the request's version
+// (v1 when the request named none).
+func (e *Edge) write(w http.ResponseWriter, apiVersion string, resp admission.Response) {
+	if apiVersion == "" {
+		apiVersion = "admission.k8s.io/v1"
+	}
+	out := admissionv1.AdmissionReview{Response: &resp.AdmissionResponse}
+	out.APIVersion, out.Kind = apiVersion, "AdmissionReview"
+	b, err := json.Marshal(out)
+	if err != nil {
+		e.Log.Error(err, "unable to encode the response")
+		failed := admission.Errored(http.StatusInternalServerError, err)
+		failed.UID = resp.UID
+		out.Response = &failed.AdmissionResponse
+		b, _ = json.Marshal(out)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := w.Write(b); err != nil {
+		e.Log.V(1).Info("writing the response failed", "error", err.Error())
+	}
+}
+
+// requestSink is the request's logger: the lines it writes carry the keys
+// controller-runtime's admission.Webhook adds (object, namespace, name,
+// resource, user, requestID) and the webhook's name, but the keys are
+// attached only to lines actually written. The logging library encodes the
+// values of WithValues at once, which on the success path, where kvnet
+// writes nothing, cost every request an encoding of six fields for no line
+// at all. Hand-written because logr has no lazy WithValues.
+type requestSink struct {
+	base    logr.LogSink
+	req     *admission.Request
+	webhook string
+}
+
+func newRequestSink(base logr.LogSink, req *admission.Request) *requestSink {
+	// One more frame (this sink) between the caller and the base sink.
+	if cd, ok := base.(logr.CallDepthLogSink); ok {
+		base = cd.WithCallDepth(1)
+	}
+	return &requestSink{base: base, req: req}
+}
+
+func (s *requestSink) values(kv []any) []any {
+	r := s.req
+	out := make([]any, 0, 14+len(kv))
+	if s.webhook != "" {
+		out = append(out, "webhook", s.webhook)
+	}
+	out = append(out, "object", klog.KRef(r.Namespace, r.Name), "namespace", r.Namespace, "name", r.Name,
+		"resource", r.Resource, "user", r.UserInfo.Username, "requestID", r.UID)
+	return append(out, kv...)
+}
+
+// Init implements logr.LogSink; the base sink was initialised by its own logger.
+func (s *requestSink) Init(logr.RuntimeInfo) {}
+
+// Enabled implements logr.LogSink.
+func (s *requestSink) Enabled(level int) bool { return s.base.Enabled(level) }
+
+// Info implements logr.LogSink.
+func (s *requestSink) Info(level int, msg string, kv ...any) {
+	s.base.Info(level, msg, s.values(kv)...)
+}
+
+// Error implements logr.LogSink.
+func (s *requestSink) Error(err error, msg string, kv ...any) {
+	s.base.Error(err, msg, s.values(kv)...)
+}
+
+// WithValues implements logr.LogSink: a logger a step keeps for several
+// lines pays for the keys once.
+func (s *requestSink) WithValues(kv ...any) logr.LogSink {
+	return s.base.WithValues(s.values(kv)...)
+}
+
+// WithName implements logr.LogSink.
+func (s *requestSink) WithName(name string) logr.LogSink {
+	c := *s
+	c.base = s.base.WithName(name)
+	return &c
+}
+
+// withWebhook is ctx with its request logger naming the webhook: free when
+// the logger is the Edge's, a WithValues otherwise (a handler called
+// directly, as the offline CLI and tests do).
+func withWebhook(ctx context.Context, webhook string) (context.Context, logr.Logger) {
+	log := logf.FromContext(ctx)
+	if s, ok := log.GetSink().(*requestSink); ok {
+		c := *s
+		c.webhook = webhook
+		log = logr.New(&c)
+	} else {
+		log = log.WithValues("webhook", webhook)
+	}
+	return logr.NewContext(ctx, log), log
+}

@@ -1,0 +1,116 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kvnet/kvnet/webhook"
+)
+
+func post(t *testing.T, h http.Handler, contentType string, body []byte) *admissionv1.AdmissionReview {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/x", bytes.NewReader(body))
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("answer is not an AdmissionReview: %v %s", err, w.Body.String())
+	}
+	return &out
+}
+
+// The Edge answers what controller-runtime's admission.Webhook answers: the
+// handler's verdict with the request's uid, in the request's
+// AdmissionReview version, and a 400 review for a body it cannot read.
+func TestEdge(t *testing.T) {
+	var seen admission.Request
+	h := webhook.Webhook(admission.HandlerFunc(func(_ context.Context, req admission.Request) admission.Response {
+		seen = req
+		return admission.Patched("", jsonpatch.Operation{Operation: "add", Path: "/metadata/labels", Value: map[string]string{"a": "b"}})
+	}))
+	for _, version := range []string{"admission.k8s.io/v1", "admission.k8s.io/v1beta1"} {
+		body := `{"apiVersion":"` + version + `","kind":"AdmissionReview","request":{"uid":"u1","operation":"CREATE","namespace":"ns","name":"vm","object":{"metadata":{"name":"vm"}}}}`
+		out := post(t, h, "application/json", []byte(body))
+		if out.APIVersion != version || out.Kind != "AdmissionReview" {
+			t.Errorf("answer is %s %s, want %s AdmissionReview", out.APIVersion, out.Kind, version)
+		}
+		r := out.Response
+		if !r.Allowed || r.UID != "u1" || r.PatchType == nil || string(r.Patch) != `[{"op":"add","path":"/metadata/labels","value":{"a":"b"}}]` {
+			t.Errorf("%s: answer %+v, patch %s", version, r, r.Patch)
+		}
+		if seen.Namespace != "ns" || seen.Name != "vm" || string(seen.Object.Raw) != `{"metadata":{"name":"vm"}}` {
+			t.Errorf("handler saw %+v", seen.AdmissionRequest)
+		}
+	}
+	for name, c := range map[string]struct {
+		contentType, body, want string
+	}{
+		"empty":           {"application/json", "", "body is empty"},
+		"not json":        {"application/json", "{", "decoding the AdmissionReview"},
+		"content type":    {"text/plain", `{}`, "contentType=text/plain"},
+		"other kind":      {"application/json", `{"apiVersion":"v1","kind":"Pod"}`, "want an admission.k8s.io/v1 or v1beta1 AdmissionReview"},
+		"duplicate field": {"application/json", `{"request":{"uid":"a","uid":"b"}}`, `duplicate field "request.uid"`},
+	} {
+		out := post(t, h, c.contentType, []byte(c.body))
+		if r := out.Response; r.Allowed || r.Result == nil || r.Result.Code != http.StatusBadRequest || !strings.Contains(r.Result.Message, c.want) {
+			t.Errorf("%s: answer %+v, want a 400 saying %q", name, r.Result, c.want)
+		}
+	}
+	// No type information: decoded as v1, as the universal deserializer does.
+	if out := post(t, h, "application/json", []byte(`{"request":{"uid":"u2"}}`)); out.APIVersion != "admission.k8s.io/v1" || out.Response.UID != "u2" {
+		t.Errorf("untyped review: %+v", out)
+	}
+}
+
+// A panic that escapes the handler is a 500 with the request's uid, not a
+// dropped connection.
+func TestEdgeRecovers(t *testing.T) {
+	h := webhook.Webhook(admission.HandlerFunc(func(context.Context, admission.Request) admission.Response { panic("boom") }))
+	out := post(t, h, "application/json", []byte(`{"request":{"uid":"u3"}}`))
+	if r := out.Response; r.Allowed || r.UID != "u3" || r.Result.Code != http.StatusInternalServerError {
+		t.Errorf("answer %+v", r)
+	}
+}
+
+// Lines a handler writes carry the request's identity and the webhook's
+// name, as they did under admission.Webhook's logger.
+func TestEdgeLogsCarryTheRequest(t *testing.T) {
+	var lines []string
+	base := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	h := webhook.Webhook(admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		return webhook.Serve(ctx, "mutate-test", req, func(ctx context.Context, _ admission.Request) admission.Response {
+			logr.FromContextOrDiscard(ctx).Info("hello", "k", "v")
+			logr.FromContextOrDiscard(ctx).WithValues("step", "s").Info("again")
+			return admission.Allowed("")
+		})
+	}))
+	h.Log = base
+	post(t, h, "application/json", []byte(`{"request":{"uid":"u4","namespace":"ns","name":"vm","userInfo":{"username":"alice"}}}`))
+	if len(lines) != 2 {
+		t.Fatalf("lines = %q", lines)
+	}
+	for _, l := range lines {
+		for _, want := range []string{`"webhook"="mutate-test"`, `"namespace"="ns"`, `"name"="vm"`, `"user"="alice"`, `"requestID"="u4"`} {
+			if !strings.Contains(l, want) {
+				t.Errorf("line %s lacks %s", l, want)
+			}
+		}
+	}
+	if !strings.Contains(lines[0], `"k"="v"`) || !strings.Contains(lines[1], `"step"="s"`) {
+		t.Errorf("lines = %q", lines)
+	}
+}
