@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestParseErrorsNameFieldAndLine(t *testing.T) {
@@ -401,4 +402,20 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted config is not defaulted: %+v", c)
 		}
 	})
+}
+
+// The byte checks in SplitNAD accept exactly what the library's
+// regular expressions accept.
+func TestDNSChecksAgreeWithTheLibrary(t *testing.T) {
+	cases := []string{"", "a", "-", "a-", "-a", "a-b", "ab.cd", "a..b", ".a", "a.", "A", "a_b", "a.b-c.d",
+		"0", "9a", "a.-b", "a-.b", "é", strings.Repeat("a", 63), strings.Repeat("a", 64),
+		strings.Repeat("a", 100) + ".b", strings.Repeat("a.", 126) + "a", strings.Repeat("a.", 127) + "a"}
+	for _, s := range cases {
+		if got, want := isDNSLabel(s), len(validation.IsDNS1123Label(s)) == 0; got != want {
+			t.Errorf("isDNSLabel(%q) = %v, library says %v", s, got, want)
+		}
+		if got, want := isDNSSubdomain(s), len(validation.IsDNS1123Subdomain(s)) == 0; got != want {
+			t.Errorf("isDNSSubdomain(%q) = %v, library says %v", s, got, want)
+		}
+	}
 }
