@@ -5,6 +5,15 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
+// The field paths of a VM's and a VMI's spec and template metadata, built
+// once: a field.Path never changes (Child and Index return new ones).
+var (
+	vmSpecPath          = field.NewPath("spec", "template", "spec")
+	vmTemplateMetaPath  = field.NewPath("spec", "template", "metadata")
+	vmiSpecPath         = field.NewPath("spec")
+	vmiTemplateMetaPath = field.NewPath("metadata")
+)
+
 // ForVM builds a request whose pointers alias into vm, so mutators change
 // the VM itself: the VMI spec is spec.template.spec, and annotations meant
 // for the VMI and its pod go on spec.template.metadata. A VM without a
@@ -20,8 +29,8 @@ func ForVM(vm *kubevirtv1.VirtualMachine) *Request {
 		Meta:             &vm.ObjectMeta,
 		TemplateMeta:     &vm.Spec.Template.ObjectMeta,
 		Spec:             &vm.Spec.Template.Spec,
-		SpecPath:         field.NewPath("spec", "template", "spec"),
-		TemplateMetaPath: field.NewPath("spec", "template", "metadata"),
+		SpecPath:         vmSpecPath,
+		TemplateMetaPath: vmTemplateMetaPath,
 	}
 }
 
@@ -35,7 +44,7 @@ func ForVMI(vmi *kubevirtv1.VirtualMachineInstance) *Request {
 		Meta:             &vmi.ObjectMeta,
 		TemplateMeta:     &vmi.ObjectMeta,
 		Spec:             &vmi.Spec,
-		SpecPath:         field.NewPath("spec"),
-		TemplateMetaPath: field.NewPath("metadata"),
+		SpecPath:         vmiSpecPath,
+		TemplateMetaPath: vmiTemplateMetaPath,
 	}
 }

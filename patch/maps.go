@@ -26,20 +26,30 @@ func StringMap(pointer string, present bool, before, after map[string]string) []
 		}
 		return []jsonpatch.Operation{{Operation: "add", Path: pointer, Value: after}}
 	}
-	var ops []jsonpatch.Operation
-	for _, k := range slices.Sorted(maps.Keys(after)) {
-		v := after[k]
-		old, had := before[k]
-		switch {
-		case !had:
-			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: pointer + "/" + escape(k), Value: v})
-		case old != v:
-			ops = append(ops, jsonpatch.Operation{Operation: "replace", Path: pointer + "/" + escape(k), Value: v})
+	// Sort only the keys that changed (usually one or two), not the maps.
+	var changed []string
+	for k, v := range after {
+		if old, had := before[k]; !had || old != v {
+			changed = append(changed, k)
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(before)) {
+	for k := range before {
 		if _, kept := after[k]; !kept {
+			changed = append(changed, k)
+		}
+	}
+	slices.Sort(changed)
+	ops := make([]jsonpatch.Operation, 0, len(changed))
+	for _, k := range changed {
+		v, kept := after[k]
+		_, had := before[k]
+		switch {
+		case !kept:
 			ops = append(ops, jsonpatch.Operation{Operation: "remove", Path: pointer + "/" + escape(k)})
+		case !had:
+			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: pointer + "/" + escape(k), Value: v})
+		default:
+			ops = append(ops, jsonpatch.Operation{Operation: "replace", Path: pointer + "/" + escape(k), Value: v})
 		}
 	}
 	return ops

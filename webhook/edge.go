@@ -202,8 +202,12 @@ func (s *requestSink) Error(err error, msg string, kv ...any) {
 }
 
 // WithValues implements logr.LogSink: a logger a step keeps for several
-// lines pays for the keys once.
+// lines pays for the keys once. controller-runtime's log.FromContext calls
+// it without values on every call; that costs nothing.
 func (s *requestSink) WithValues(kv ...any) logr.LogSink {
+	if len(kv) == 0 {
+		return s
+	}
 	return s.base.WithValues(s.values(kv)...)
 }
 
