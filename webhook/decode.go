@@ -69,12 +69,22 @@ func decodeVMOrVMI(kind string, raw []byte) (*chain.Request, *vmShape, error) {
 // "metAdata" as metadata, and the patch computed from that view would then
 // address /metadata, which the object does not have (FuzzMigrationPods
 // found it), or kvnet would act on a field the API server ignores.
-//
-// A member given twice is refused: the view would merge both copies, so
-// kvnet would read (and patch) a member the object's last copy, the one a
-// JSON patch applies to, may not have. The API server encodes the objects
-// it sends, so only a hand-written object can have one.
 func Unmarshal(raw []byte, v any) error {
+	return kjson.UnmarshalCaseSensitivePreserveInts(raw, v)
+}
+
+// noDuplicateParents refuses an object that gives a member the VM patch
+// relies on (a region or a parent of one) twice. The view merges both
+// copies, so the patch could address a member the last copy, the one a
+// JSON patch applies to, lacks. The API server decodes and re-encodes the
+// objects it sends, so only a hand-written object has one; the check runs
+// only when there is a patch, on a skeleton of those members, because
+// checking duplicates while decoding the whole view doubled its cost.
+func noDuplicateParents(kind string, raw []byte) error {
+	var v any = &vmiSkeleton{}
+	if kind == chain.KindVM {
+		v = &vmSkeleton{}
+	}
 	strict, err := kjson.UnmarshalStrict(raw, v, kjson.DisallowDuplicateFields)
 	if err != nil {
 		return err
@@ -84,6 +94,43 @@ func Unmarshal(raw []byte, v any) error {
 	}
 	return nil
 }
+
+// The skeletons hold the regions and their parents; a region's value is
+// skipped.
+type (
+	vmSkeleton struct {
+		Metadata *metaSkeleton `json:"metadata"`
+		Spec     *struct {
+			Template *struct {
+				Metadata *metaSkeleton `json:"metadata"`
+				Spec     *specSkeleton `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	vmiSkeleton struct {
+		Metadata *metaSkeleton `json:"metadata"`
+		Spec     *specSkeleton `json:"spec"`
+	}
+	metaSkeleton struct {
+		Annotations *skipped `json:"annotations"`
+		Labels      *skipped `json:"labels"`
+	}
+	specSkeleton struct {
+		Networks *skipped `json:"networks"`
+		Domain   *struct {
+			Memory  *skipped `json:"memory"`
+			Devices *struct {
+				Interfaces *skipped `json:"interfaces"`
+				Multiqueue *skipped `json:"networkInterfaceMultiqueue"`
+			} `json:"devices"`
+		} `json:"domain"`
+	}
+)
+
+// skipped is a value the skeleton does not decode.
+type skipped struct{}
+
+func (*skipped) UnmarshalJSON([]byte) error { return nil }
 
 // vmView and vmiView are the parts of a VM and a VMI that kvnet's mutators
 // and validators read (chain.Request documents them): metadata without

@@ -51,6 +51,9 @@ func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp adm
 		resp.Warnings = cr.Warnings
 		return resp
 	}
+	if err := noDuplicateParents(h.Kind, req.Object.Raw); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
 	ops, err := vmPatch(req.Object.Raw, shape, regions, before)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("computing the JSON patch of %s: %w", h.Kind, err))
