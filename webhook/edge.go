@@ -123,12 +123,48 @@ func (e *Edge) handle(ctx context.Context, req admission.Request) (resp admissio
 		}
 	}()
 	resp = e.Handler.Handle(ctx, req)
+	if err := encodePatch(&resp); err != nil {
+		logf.FromContext(ctx).Error(err, "unable to encode the patch")
+		resp = admission.Errored(http.StatusInternalServerError, errors.New("unable to encode response"))
+	}
 	if err := resp.Complete(req); err != nil {
 		logf.FromContext(ctx).Error(err, "unable to encode response")
 		resp = admission.Errored(http.StatusInternalServerError, errors.New("unable to encode response"))
 		resp.UID = req.UID
 	}
 	return resp
+}
+
+// patchOp is jsonpatch.Operation without its MarshalJSON: encoding/json
+// re-scans and compacts what a MarshalJSON returns, once per operation, so
+// a list of these encodes in one pass.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// encodePatch encodes resp.Patches into resp.Patch, as resp.Complete
+// would. An add or replace of a nil value (which must say "value": null,
+// where omitempty would drop it) is left to Complete.
+func encodePatch(resp *admission.Response) error {
+	if len(resp.Patches) == 0 {
+		return nil
+	}
+	ops := make([]patchOp, len(resp.Patches))
+	for i, op := range resp.Patches {
+		if op.Value == nil && (op.Operation == "add" || op.Operation == "replace") {
+			return nil
+		}
+		ops[i] = patchOp{Op: op.Operation, Path: op.Path, Value: op.Value}
+	}
+	b, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType, resp.Patches = b, &pt, nil
+	return nil
 }
 
 // write encodes the answer as an AdmissionReview of the request's version

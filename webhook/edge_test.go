@@ -59,10 +59,10 @@ func TestEdge(t *testing.T) {
 	for name, c := range map[string]struct {
 		contentType, body, want string
 	}{
-		"empty":           {"application/json", "", "body is empty"},
-		"not json":        {"application/json", "{", "decoding the AdmissionReview"},
-		"content type":    {"text/plain", `{}`, "contentType=text/plain"},
-		"other kind":      {"application/json", `{"apiVersion":"v1","kind":"Pod"}`, "want an admission.k8s.io/v1 or v1beta1 AdmissionReview"},
+		"empty":        {"application/json", "", "body is empty"},
+		"not json":     {"application/json", "{", "decoding the AdmissionReview"},
+		"content type": {"text/plain", `{}`, "contentType=text/plain"},
+		"other kind":   {"application/json", `{"apiVersion":"v1","kind":"Pod"}`, "want an admission.k8s.io/v1 or v1beta1 AdmissionReview"},
 	} {
 		out := post(t, h, c.contentType, []byte(c.body))
 		if r := out.Response; r.Allowed || r.Result == nil || r.Result.Code != http.StatusBadRequest || !strings.Contains(r.Result.Message, c.want) {
@@ -111,5 +111,22 @@ func TestEdgeLogsCarryTheRequest(t *testing.T) {
 	}
 	if !strings.Contains(lines[0], `"k"="v"`) || !strings.Contains(lines[1], `"step"="s"`) {
 		t.Errorf("lines = %q", lines)
+	}
+}
+
+// The Edge encodes the patch as controller-runtime does: an add of null
+// keeps its "value": null, and a remove has no value.
+func TestEdgePatchEncoding(t *testing.T) {
+	for want, ops := range map[string][]jsonpatch.Operation{
+		`[{"op":"add","path":"/a","value":null}]`:                                  {{Operation: "add", Path: "/a"}},
+		`[{"op":"remove","path":"/a"},{"op":"replace","path":"/b","value":false}]`: {{Operation: "remove", Path: "/a"}, {Operation: "replace", Path: "/b", Value: false}},
+	} {
+		h := webhook.Webhook(admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
+			return admission.Patched("", ops...)
+		}))
+		r := post(t, h, "application/json", []byte(`{"request":{"uid":"u"}}`)).Response
+		if string(r.Patch) != want || r.PatchType == nil || *r.PatchType != admissionv1.PatchTypeJSONPatch {
+			t.Errorf("patch %s (type %v), want %s", r.Patch, r.PatchType, want)
+		}
 	}
 }
