@@ -40,6 +40,8 @@ func Webhook(h admission.Handler) *Edge {
 	return &Edge{Handler: h, Log: logf.Log.WithName("admission")}
 }
 
+var errTooLarge = fmt.Errorf("request entity is too large; limit is %d bytes", maxReview)
+
 // review is the AdmissionReview as the API server sends it; v1 and v1beta1
 // have the same shape.
 type review struct {
@@ -53,7 +55,11 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rv, err := readReview(r)
 	if err != nil {
 		e.Log.Error(err, "bad request")
-		e.write(w, "", admission.Errored(http.StatusBadRequest, err))
+		code := int32(http.StatusBadRequest)
+		if errors.Is(err, errTooLarge) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		e.write(w, "", admission.Errored(code, err))
 		return
 	}
 	req := admission.Request{AdmissionRequest: *rv.Request}
@@ -73,7 +79,7 @@ func readReview(r *http.Request) (*review, error) {
 		return nil, fmt.Errorf("contentType=%s, expected application/json", ct)
 	}
 	if r.ContentLength > maxReview {
-		return nil, fmt.Errorf("request entity is too large; limit is %d bytes", maxReview)
+		return nil, errTooLarge
 	}
 	var body []byte
 	var err error
@@ -85,7 +91,7 @@ func readReview(r *http.Request) (*review, error) {
 	} else {
 		body, err = io.ReadAll(io.LimitReader(r.Body, maxReview+1))
 		if err == nil && len(body) > maxReview {
-			return nil, fmt.Errorf("request entity is too large; limit is %d bytes", maxReview)
+			return nil, errTooLarge
 		}
 	}
 	if err != nil {

@@ -69,6 +69,12 @@ func TestEdge(t *testing.T) {
 			t.Errorf("%s: answer %+v, want a 400 saying %q", name, r.Result, c.want)
 		}
 	}
+	// Larger than controller-runtime's limit: 413, as it answers.
+	big := append([]byte(`{"request":{"uid":"u","object":{"a":"`), bytes.Repeat([]byte("x"), 7<<20)...)
+	big = append(big, `"}}}`...)
+	if r := post(t, h, "application/json", big).Response; r.Result == nil || r.Result.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("oversized review: %+v", r.Result)
+	}
 	// No type information: decoded as v1, as the universal deserializer does.
 	if out := post(t, h, "application/json", []byte(`{"request":{"uid":"u2"}}`)); out.APIVersion != "admission.k8s.io/v1" || out.Response.UID != "u2" {
 		t.Errorf("untyped review: %+v", out)
