@@ -86,12 +86,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) 
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{kubevirtv1.AppLabel: launcherValue})},
 		},
-		// Only metadata and phase are read: drop the rest before caching.
+		// Only labels, the domain annotation (launcherVMI) and the phase
+		// (launcherActive) are read: drop the rest before caching. A launcher
+		// pod's spec and its other annotations are most of its bytes.
 		DefaultTransform: func(in any) (any, error) {
 			if p, ok := in.(*corev1.Pod); ok {
 				p.Spec = corev1.PodSpec{}
 				p.Status = corev1.PodStatus{Phase: p.Status.Phase}
 				p.ManagedFields = nil
+				p.Annotations = keepDomainAnnotation(p.Annotations)
 			}
 			return in, nil
 		},
@@ -114,6 +117,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) 
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(r.usersOfNAD)).
 		WatchesRawSource(source.Kind(pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(launcherVMI))).
 		Complete(r)
+}
+
+// keepDomainAnnotation is a launcher pod's annotations reduced to the
+// VMI's name (kubevirt.io/domain).
+func keepDomainAnnotation(a map[string]string) map[string]string {
+	name, ok := a[kubevirtv1.DomainAnnotation]
+	if !ok {
+		return nil
+	}
+	return map[string]string{kubevirtv1.DomainAnnotation: name}
 }
 
 func claimOwner(_ context.Context, o client.Object) []reconcile.Request {
