@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/lru"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -143,10 +144,19 @@ func sortByName(infos []*netattach.Info) {
 	slices.SortFunc(infos, func(a, b *netattach.Info) int { return strings.Compare(a.Name, b.Name) })
 }
 
+// NamespaceMetadata is how Reader reads namespaces: metadata only (labels
+// are all it needs), so that a manager's cache holds a metadata-only
+// informer on them. Start that informer with this object.
+func NamespaceMetadata() *metav1.PartialObjectMetadata {
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return ns
+}
+
 // NamespaceLabels implements Facts.
 func (r *Reader) NamespaceLabels(ctx context.Context, namespace string) (map[string]string, error) {
-	var ns corev1.Namespace
-	if err := r.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+	ns := NamespaceMetadata()
+	if err := r.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}

@@ -11,7 +11,6 @@ import (
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -123,7 +122,7 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	}
 	// Start the informers admission reads with the manager, not lazily on the
 	// first request, and report ready only once they have synced.
-	for _, obj := range []client.Object{&nadv1.NetworkAttachmentDefinition{}, &corev1.Namespace{}} {
+	for _, obj := range []client.Object{&nadv1.NetworkAttachmentDefinition{}, lookup.NamespaceMetadata()} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return nil, fmt.Errorf("starting informer for %T: %w", obj, err)
 		}
