@@ -114,6 +114,8 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	mo.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
 		Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
 	})
+	// Only what kvnet reads of each object stays in its informers (cache.go).
+	mo.Cache = cacheOptions()
 	mo.Client = client.Options{Cache: &client.CacheOptions{Unstructured: false}}
 	mo.Controller = ctrlconfig.Controller{SkipNameValidation: &o.SeveralManagers}
 	mgr, err := ctrl.NewManager(restCfg, mo)

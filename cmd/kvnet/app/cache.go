@@ -1,0 +1,83 @@
+package app
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// lastApplied is kubectl's copy of the whole object in an annotation: often
+// the largest thing in a small object's metadata, and never read by kvnet.
+const lastApplied = corev1.LastAppliedConfigAnnotation
+
+// cacheOptions decides what the manager's informers keep of each object:
+// only what kvnet reads, so that its memory follows the number of objects,
+// not their size. What each cached kind is for, and what its trim keeps:
+//
+//   - NetworkAttachmentDefinition (lookup.Reader.NAD): metadata and
+//     spec.config, that is all of it but managedFields.
+//   - Namespace (lookup.Reader.NamespaceLabels): a metadata-only informer
+//     (lookup.NamespaceMetadata); the API server sends only metadata.
+//   - KubeVirt CR (validators, feature gates): all but managedFields.
+//   - VirtualMachineInstance (mutators.ClaimRefs, the persistentips
+//     controller and its NAD index): metadata and spec.networks; the domain,
+//     volumes and status, most of a VMI's bytes, are dropped.
+//   - VirtualMachine (the persistentips controller): metadata and the
+//     template's spec.networks.
+//   - IPAMClaim, VirtualMachineInstanceMigration (the persistentips
+//     controller, the migration-status rewrite): all but managedFields.
+//
+// Nothing kvnet writes starts from a trimmed copy: it patches IPAMClaims
+// (kept whole) and its own ConfigMaps (separate caches). Pods and Nodes are
+// not in this cache at all: they have label-selected caches of their own
+// (persistentips, migration). A new reader of a trimmed field must widen
+// its trim here; TestCacheTrims lists what each keeps.
+func cacheOptions() cache.Options {
+	return cache.Options{
+		DefaultTransform: trimMetadata,
+		// A ByObject Transform replaces DefaultTransform for its kind, so each
+		// also calls trimMetadata.
+		ByObject: map[client.Object]cache.ByObject{
+			&kubevirtv1.VirtualMachineInstance{}: {Transform: trimVMI},
+			&kubevirtv1.VirtualMachine{}:         {Transform: trimVM},
+		},
+	}
+}
+
+// trimMetadata drops managedFields and kubectl's last-applied copy of the
+// object. Anything that is not an object (a tombstone) passes unchanged.
+func trimMetadata(in any) (any, error) {
+	o, ok := in.(client.Object)
+	if !ok {
+		return in, nil
+	}
+	o.SetManagedFields(nil)
+	if a := o.GetAnnotations(); a[lastApplied] != "" {
+		delete(a, lastApplied)
+		o.SetAnnotations(a)
+	}
+	return in, nil
+}
+
+func trimVMI(in any) (any, error) {
+	if vmi, ok := in.(*kubevirtv1.VirtualMachineInstance); ok {
+		vmi.Spec = kubevirtv1.VirtualMachineInstanceSpec{Networks: vmi.Spec.Networks}
+		vmi.Status = kubevirtv1.VirtualMachineInstanceStatus{}
+	}
+	return trimMetadata(in)
+}
+
+func trimVM(in any) (any, error) {
+	if vm, ok := in.(*kubevirtv1.VirtualMachine); ok {
+		var tmpl *kubevirtv1.VirtualMachineInstanceTemplateSpec
+		if vm.Spec.Template != nil {
+			tmpl = &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{Networks: vm.Spec.Template.Spec.Networks},
+			}
+		}
+		vm.Spec = kubevirtv1.VirtualMachineSpec{Template: tmpl}
+		vm.Status = kubevirtv1.VirtualMachineStatus{}
+	}
+	return trimMetadata(in)
+}
