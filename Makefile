@@ -132,6 +132,16 @@ race: control-plane
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./webhook/ ./mutators/ ./loadtest/
 
+# kvnet on issue 10's loaded cluster (1,000 namespaces, 10,000 NADs, 5,000
+# VMIs and virt-launcher pods) against an empty one, in one run: start-up to
+# /readyz, heap held and admission cost ratios (docs/scale.md). `make test`
+# runs the same test at a smoke size (20 namespaces).
+.PHONY: scale
+SCALE_NAMESPACES ?= 1000
+scale: control-plane
+	KVNET_SCALE_NAMESPACES=$(SCALE_NAMESPACES) KVNET_SCALE_ROUNDS=3 KVNET_SCALE_DURATION=2s KVNET_SCALE_CONNS=1,8 \
+		$(GO) test -count=1 -timeout 60m -v -run '^TestScale$$' ./test/scale/
+
 # The migration proxy chain against a direct loopback baseline (ratios).
 bench-proxy:
 	$(GO) test -run '^$$' -bench 'BenchmarkChain' -benchtime 2x -benchmem ./proxy/
