@@ -139,7 +139,7 @@ bench:
 .PHONY: scale
 SCALE_NAMESPACES ?= 1000
 scale: control-plane
-	KVNET_SCALE_NAMESPACES=$(SCALE_NAMESPACES) KVNET_SCALE_ROUNDS=3 KVNET_SCALE_DURATION=2s KVNET_SCALE_CONNS=1,8 \
+	KVNET_SCALE_NAMESPACES=$(SCALE_NAMESPACES) KVNET_SCALE_ROUNDS=5 KVNET_SCALE_DURATION=2s KVNET_SCALE_CONNS=1,8 \
 		$(GO) test -count=1 -timeout 60m -v -run '^TestScale$$' ./test/scale/
 
 # The migration proxy chain against a direct loopback baseline (ratios).
