@@ -20,11 +20,12 @@ const lastApplied = corev1.LastAppliedConfigAnnotation
 //   - Namespace (lookup.Reader.NamespaceLabels): a metadata-only informer
 //     (lookup.NamespaceMetadata); the API server sends only metadata.
 //   - KubeVirt CR (validators, feature gates): all but managedFields.
-//   - VirtualMachineInstance (mutators.ClaimRefs, the persistentips
-//     controller and its NAD index): metadata and spec.networks; the domain,
-//     volumes and status, most of a VMI's bytes, are dropped.
+//   - VirtualMachineInstance (mutators.ClaimRefs and PrimaryUDN, the
+//     persistentips controller and its NAD index): metadata, spec.networks
+//     and the interfaces (see networking); the rest of the domain, the
+//     volumes and the status, most of a VMI's bytes, are dropped.
 //   - VirtualMachine (the persistentips controller): metadata and the
-//     template's spec.networks.
+//     template spec's networking.
 //   - IPAMClaim, VirtualMachineInstanceMigration (the persistentips
 //     controller, the migration-status rewrite): all but managedFields.
 //
@@ -62,7 +63,7 @@ func trimMetadata(in any) (any, error) {
 
 func trimVMI(in any) (any, error) {
 	if vmi, ok := in.(*kubevirtv1.VirtualMachineInstance); ok {
-		vmi.Spec = kubevirtv1.VirtualMachineInstanceSpec{Networks: vmi.Spec.Networks}
+		vmi.Spec = networking(&vmi.Spec)
 		vmi.Status = kubevirtv1.VirtualMachineInstanceStatus{}
 	}
 	return trimMetadata(in)
@@ -73,11 +74,23 @@ func trimVM(in any) (any, error) {
 		var tmpl *kubevirtv1.VirtualMachineInstanceTemplateSpec
 		if vm.Spec.Template != nil {
 			tmpl = &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				Spec: kubevirtv1.VirtualMachineInstanceSpec{Networks: vm.Spec.Template.Spec.Networks},
+				Spec: networking(&vm.Spec.Template.Spec),
 			}
 		}
 		vm.Spec = kubevirtv1.VirtualMachineSpec{Template: tmpl}
 		vm.Status = kubevirtv1.VirtualMachineStatus{}
 	}
 	return trimMetadata(in)
+}
+
+// networking is the part of a VMI spec kvnet reads from the cache: the
+// networks, their interfaces (the pod network's MAC for a primary UDN) and
+// whether the pod interface is attached when no network is listed
+// (persistentips.PodNetwork).
+func networking(spec *kubevirtv1.VirtualMachineInstanceSpec) kubevirtv1.VirtualMachineInstanceSpec {
+	var out kubevirtv1.VirtualMachineInstanceSpec
+	out.Networks = spec.Networks
+	out.Domain.Devices.Interfaces = spec.Domain.Devices.Interfaces
+	out.Domain.Devices.AutoattachPodInterface = spec.Domain.Devices.AutoattachPodInterface
+	return out
 }

@@ -39,14 +39,31 @@ func networks() []kubevirtv1.Network {
 	}
 }
 
+func interfaces() []kubevirtv1.Interface {
+	return []kubevirtv1.Interface{{Name: "default", MacAddress: "02:00:00:00:10:01"}, {Name: "blue"}}
+}
+
 func vmiSpec() kubevirtv1.VirtualMachineInstanceSpec {
 	return kubevirtv1.VirtualMachineInstanceSpec{
 		Networks: networks(),
-		Domain: kubevirtv1.DomainSpec{Devices: kubevirtv1.Devices{
-			Interfaces: []kubevirtv1.Interface{{Name: "default"}, {Name: "blue"}},
-		}},
+		Domain: kubevirtv1.DomainSpec{
+			CPU: &kubevirtv1.CPU{Cores: 2},
+			Devices: kubevirtv1.Devices{
+				Interfaces:             interfaces(),
+				AutoattachPodInterface: ptr.To(false),
+				Disks:                  []kubevirtv1.Disk{{Name: "root"}},
+			}},
 		Volumes: []kubevirtv1.Volume{{Name: "root"}},
 	}
+}
+
+// trimmedSpec is vmiSpec as the cache keeps it.
+func trimmedSpec() kubevirtv1.VirtualMachineInstanceSpec {
+	var s kubevirtv1.VirtualMachineInstanceSpec
+	s.Networks = networks()
+	s.Domain.Devices.Interfaces = interfaces()
+	s.Domain.Devices.AutoattachPodInterface = ptr.To(false)
+	return s
 }
 
 // TestCacheTrims: each cached kind keeps exactly what kvnet reads of it
@@ -66,18 +83,18 @@ func TestCacheTrims(t *testing.T) {
 		name     string
 		in, want client.Object
 	}{{
-		name: "VMI keeps metadata and spec.networks",
+		name: "VMI keeps metadata, networks and interfaces",
 		in: &kubevirtv1.VirtualMachineInstance{ObjectMeta: fullMeta(), Spec: vmiSpec(),
 			Status: kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Running, NodeName: "n1"}},
-		want: &kubevirtv1.VirtualMachineInstance{ObjectMeta: trimmedMeta(), Spec: kubevirtv1.VirtualMachineInstanceSpec{Networks: networks()}},
+		want: &kubevirtv1.VirtualMachineInstance{ObjectMeta: trimmedMeta(), Spec: trimmedSpec()},
 	}, {
-		name: "VM keeps metadata and the template's spec.networks",
+		name: "VM keeps metadata and the template's networks and interfaces",
 		in: &kubevirtv1.VirtualMachine{ObjectMeta: fullMeta(), Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
 			Template:    &kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}, Spec: vmiSpec()},
 		}, Status: kubevirtv1.VirtualMachineStatus{Ready: true}},
 		want: &kubevirtv1.VirtualMachine{ObjectMeta: trimmedMeta(), Spec: kubevirtv1.VirtualMachineSpec{
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{Networks: networks()}},
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: trimmedSpec()},
 		}},
 	}, {
 		name: "VM without a template stays without one",
