@@ -66,8 +66,23 @@ func (e *Env) StopAPIServer() error {
 	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, apiServerRestartTimeout, true, gone); err != nil {
 		return fmt.Errorf("kube-apiserver (pid %d) still there after SIGKILL: %w", pid, err)
 	}
-	if err := s.Stop(); err != nil {
-		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	// The process is reaped a moment before envtest records that it has
+	// exited; a Stop in between signals a process group that no longer
+	// exists (ESRCH) and returns early, leaving envtest believing the server
+	// still runs, so the next Start would do nothing. Stop again until
+	// envtest has seen the exit: then it only tidies up.
+	stopped := func(context.Context) (bool, error) {
+		switch err := s.Stop(); {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, syscall.ESRCH):
+			return false, nil
+		default:
+			return false, fmt.Errorf("stopping kube-apiserver: %w", err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, apiServerRestartTimeout, true, stopped); err != nil {
+		return err
 	}
 	s.CertDir = keep
 	return nil
