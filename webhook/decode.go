@@ -36,11 +36,12 @@ func decodeVMOrVMI(kind string, raw []byte) (*chain.Request, *vmShape, error) {
 	switch kind {
 	case chain.KindVM:
 		var v vmView
-		if err := Unmarshal(raw, &v); err != nil {
+		dups, err := unmarshalNoting(raw, &v)
+		if err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
 		vm := &kubevirtv1.VirtualMachine{ObjectMeta: v.Metadata.objectMeta()}
-		shape := &vmShape{kind: kind, meta: metaShapeOf(v.Metadata)}
+		shape := &vmShape{kind: kind, meta: metaShapeOf(v.Metadata), duplicate: dups}
 		if s := v.Spec; s != nil {
 			shape.spec = true
 			if t := s.Template; t != nil {
@@ -53,11 +54,12 @@ func decodeVMOrVMI(kind string, raw []byte) (*chain.Request, *vmShape, error) {
 		return chain.ForVM(vm), shape, nil
 	case chain.KindVMI:
 		var v vmiView
-		if err := Unmarshal(raw, &v); err != nil {
+		dups, err := unmarshalNoting(raw, &v)
+		if err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
 		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: v.Metadata.objectMeta(), Spec: v.Spec.spec()}
-		shape := &vmShape{kind: kind, meta: metaShapeOf(v.Metadata), vmiSpec: v.Spec.shape()}
+		shape := &vmShape{kind: kind, meta: metaShapeOf(v.Metadata), vmiSpec: v.Spec.shape(), duplicate: dups}
 		shape.spec = shape.vmiSpec.present
 		return chain.ForVMI(vmi), shape, nil
 	}
@@ -73,64 +75,43 @@ func Unmarshal(raw []byte, v any) error {
 	return kjson.UnmarshalCaseSensitivePreserveInts(raw, v)
 }
 
-// noDuplicateParents refuses an object that gives a member the VM patch
-// relies on (a region or a parent of one) twice. The view merges both
-// copies, so the patch could address a member the last copy, the one a
-// JSON patch applies to, lacks. The API server decodes and re-encodes the
-// objects it sends, so only a hand-written object has one; the check runs
-// only when there is a patch, on a skeleton of those members, because
-// checking duplicates while decoding the whole view doubled its cost.
-func noDuplicateParents(kind string, raw []byte) error {
-	var v any = &vmiSkeleton{}
-	if kind == chain.KindVM {
-		v = &vmSkeleton{}
-	}
+// unmarshalNoting decodes raw into v as Unmarshal does and returns the
+// first duplicate of a member the VM patch relies on (a region or a parent
+// of one, see patchMembers). The view merges both copies, so the patch
+// could address a member the last copy, the one a JSON patch applies to,
+// lacks. The API server decodes and re-encodes the objects it sends, so
+// only a hand-written object has one, and it is refused only when there
+// is a patch (see VMMutator). Noting duplicates in the view's own decode
+// costs one pass over the object less than checking a skeleton of those
+// members afterwards, which cost as much as decoding the view.
+func unmarshalNoting(raw []byte, v any) (error, error) {
 	strict, err := kjson.UnmarshalStrict(raw, v, kjson.DisallowDuplicateFields)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if len(strict) > 0 {
-		return strict[0]
+	for _, e := range strict {
+		if f, ok := e.(interface{ FieldPath() string }); ok && patchMembers[f.FieldPath()] {
+			return e, nil
+		}
 	}
-	return nil
+	return nil, nil
 }
 
-// The skeletons hold the regions and their parents; a region's value is
-// skipped.
-type (
-	vmSkeleton struct {
-		Metadata *metaSkeleton `json:"metadata"`
-		Spec     *struct {
-			Template *struct {
-				Metadata *metaSkeleton `json:"metadata"`
-				Spec     *specSkeleton `json:"spec"`
-			} `json:"template"`
-		} `json:"spec"`
+// patchMembers are the field paths, in the strict decoder's notation, of
+// the members the VM and VMI patches address, and of their parents.
+var patchMembers = func() map[string]bool {
+	m := map[string]bool{}
+	for _, meta := range []string{"metadata", "spec.template.metadata"} {
+		m[meta], m[meta+".annotations"], m[meta+".labels"] = true, true, true
 	}
-	vmiSkeleton struct {
-		Metadata *metaSkeleton `json:"metadata"`
-		Spec     *specSkeleton `json:"spec"`
+	m["spec"], m["spec.template"] = true, true
+	for _, spec := range []string{"spec", "spec.template.spec"} {
+		for _, f := range []string{"", ".networks", ".domain", ".domain.memory", ".domain.devices", ".domain.devices.interfaces", ".domain.devices.networkInterfaceMultiqueue"} {
+			m[spec+f] = true
+		}
 	}
-	metaSkeleton struct {
-		Annotations *skipped `json:"annotations"`
-		Labels      *skipped `json:"labels"`
-	}
-	specSkeleton struct {
-		Networks *skipped `json:"networks"`
-		Domain   *struct {
-			Memory  *skipped `json:"memory"`
-			Devices *struct {
-				Interfaces *skipped `json:"interfaces"`
-				Multiqueue *skipped `json:"networkInterfaceMultiqueue"`
-			} `json:"devices"`
-		} `json:"domain"`
-	}
-)
-
-// skipped is a value the skeleton does not decode.
-type skipped struct{}
-
-func (*skipped) UnmarshalJSON([]byte) error { return nil }
+	return m
+}()
 
 // vmView and vmiView are the parts of a VM and a VMI that kvnet's mutators
 // and validators read (chain.Request documents them): metadata without
@@ -214,6 +195,9 @@ type vmShape struct {
 	templateMeta metaShape
 	// vmiSpec is a VM's spec.template.spec or a VMI's spec.
 	vmiSpec specShape
+	// duplicate is the error naming a member above that the object gives
+	// twice, if any (see unmarshalNoting).
+	duplicate error
 }
 
 type metaShape struct{ present, annotations, labels bool }

@@ -51,8 +51,8 @@ func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp adm
 		resp.Warnings = cr.Warnings
 		return resp
 	}
-	if err := noDuplicateParents(h.Kind, req.Object.Raw); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+	if shape.duplicate != nil {
+		return admission.Errored(http.StatusBadRequest, shape.duplicate)
 	}
 	ops, err := vmPatch(req.Object.Raw, shape, regions, before)
 	if err != nil {
