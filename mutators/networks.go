@@ -2,6 +2,7 @@ package mutators
 
 import (
 	"context"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -36,8 +37,8 @@ func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
 	if err != nil || len(wanted) == 0 {
 		return err
 	}
-	for _, w := range wanted {
-		added, err := m.ensure(ctx, req, w.Network)
+	for i, w := range wanted {
+		added, err := m.ensure(ctx, req, w.Network, len(wanted)-i)
 		if err != nil {
 			return err
 		}
@@ -84,7 +85,10 @@ func Requested(ctx context.Context, req *chain.Request) ([]WantedNetwork, error)
 }
 
 // ensure adds one network and its interface unless the VM has it already.
-func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.Network) (added bool, err error) {
+// more is how many wanted networks are left, this one included: the first
+// append makes room for all of them, as appending one at a time copied the
+// lists (an Interface is large) at every doubling.
+func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.Network, more int) (added bool, err error) {
 	ns, name, err := config.SplitNAD(n.NAD, req.Namespace)
 	if err != nil {
 		return false, err // config and annotation were validated; unreachable in practice
@@ -110,12 +114,12 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.
 	if err := keepPodNetwork(ctx, req); err != nil {
 		return false, err
 	}
-	req.Spec.Networks = append(req.Spec.Networks, kubevirtv1.Network{
+	req.Spec.Networks = append(slices.Grow(req.Spec.Networks, more), kubevirtv1.Network{
 		Name:          n.Name,
 		NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n.NAD}},
 	})
 	if i, _ := req.Interface(n.Name); i < 0 {
-		req.Spec.Domain.Devices.Interfaces = append(req.Spec.Domain.Devices.Interfaces, iface)
+		req.Spec.Domain.Devices.Interfaces = append(slices.Grow(req.Spec.Domain.Devices.Interfaces, more), iface)
 	}
 	if n.DefaultRoute {
 		markDefaultRoute(req, n.Name)
