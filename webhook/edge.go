@@ -45,9 +45,34 @@ var errTooLarge = fmt.Errorf("request entity is too large; limit is %d bytes", m
 // review is the AdmissionReview as the API server sends it; v1 and v1beta1
 // have the same shape.
 type review struct {
-	APIVersion string                        `json:"apiVersion"`
-	Kind       string                        `json:"kind"`
-	Request    *admissionv1.AdmissionRequest `json:"request"`
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Request    *request `json:"request"`
+}
+
+// request is the AdmissionRequest with its objects borrowed from the body:
+// the outer fields win over the embedded request's, so the decoder fills
+// those instead of copying each object into a runtime.RawExtension.
+type request struct {
+	admissionv1.AdmissionRequest
+	Object    borrowed `json:"object"`
+	OldObject borrowed `json:"oldObject"`
+}
+
+// borrowed is a JSON value as it appears in the body readReview decodes,
+// not a copy: the body is read for this one request and never written, so
+// the handler can keep the object's bytes as long as the request's.
+type borrowed []byte
+
+// UnmarshalJSON implements json.Unmarshaler; null is no value, as for a
+// runtime.RawExtension.
+func (b *borrowed) UnmarshalJSON(in []byte) error {
+	if string(in) == "null" {
+		*b = nil
+		return nil
+	}
+	*b = in
+	return nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -62,7 +87,7 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.write(w, "", admission.Errored(code, err))
 		return
 	}
-	req := admission.Request{AdmissionRequest: *rv.Request}
+	req := admission.Request{AdmissionRequest: rv.Request.AdmissionRequest}
 	ctx := logr.NewContext(r.Context(), logr.New(newRequestSink(e.Log.GetSink(), &req)))
 	resp := e.handle(ctx, req)
 	e.write(w, rv.APIVersion, resp)
@@ -100,7 +125,7 @@ func readReview(r *http.Request) (*review, error) {
 	if len(body) == 0 {
 		return nil, errors.New("request body is empty")
 	}
-	rv := &review{Request: &admissionv1.AdmissionRequest{}}
+	rv := &review{Request: &request{}}
 	if err := Unmarshal(body, rv); err != nil {
 		return nil, fmt.Errorf("decoding the AdmissionReview: %w", err)
 	}
@@ -113,8 +138,10 @@ func readReview(r *http.Request) (*review, error) {
 	}
 	if rv.Request == nil {
 		// "request": null
-		rv.Request = &admissionv1.AdmissionRequest{}
+		rv.Request = &request{}
 	}
+	rv.Request.AdmissionRequest.Object.Raw = rv.Request.Object
+	rv.Request.AdmissionRequest.OldObject.Raw = rv.Request.OldObject
 	return rv, nil
 }
 
