@@ -24,7 +24,10 @@ import (
 // into a typed object and returns a chain request whose pointers alias into
 // it, so mutators change the object itself, and the shape of the admitted
 // object: which of the members mutators write (and their parents) it has.
-func decodeVMOrVMI(kind string, raw []byte) (*chain.Request, *vmShape, error) {
+// patching asks for the duplicates the patch cannot address (see
+// unmarshalNoting); a validator, which writes no patch, does not pay for
+// looking.
+func decodeVMOrVMI(kind string, raw []byte, patching bool) (*chain.Request, *vmShape, error) {
 	if len(raw) == 0 {
 		return nil, nil, fmt.Errorf("the request carries no object")
 	}
@@ -36,7 +39,7 @@ func decodeVMOrVMI(kind string, raw []byte) (*chain.Request, *vmShape, error) {
 	switch kind {
 	case chain.KindVM:
 		var v vmView
-		dups, err := unmarshalNoting(raw, &v)
+		dups, err := unmarshalNoting(raw, &v, patching)
 		if err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
@@ -54,7 +57,7 @@ func decodeVMOrVMI(kind string, raw []byte) (*chain.Request, *vmShape, error) {
 		return chain.ForVM(vm), shape, nil
 	case chain.KindVMI:
 		var v vmiView
-		dups, err := unmarshalNoting(raw, &v)
+		dups, err := unmarshalNoting(raw, &v, patching)
 		if err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
@@ -84,7 +87,10 @@ func Unmarshal(raw []byte, v any) error {
 // is a patch (see VMMutator). Noting duplicates in the view's own decode
 // costs one pass over the object less than checking a skeleton of those
 // members afterwards, which cost as much as decoding the view.
-func unmarshalNoting(raw []byte, v any) (error, error) {
+func unmarshalNoting(raw []byte, v any, patching bool) (error, error) {
+	if !patching {
+		return nil, Unmarshal(raw, v)
+	}
 	strict, err := kjson.UnmarshalStrict(raw, v, kjson.DisallowDuplicateFields)
 	if err != nil {
 		return nil, err
@@ -335,12 +341,12 @@ func ownedByVM(meta *metav1.ObjectMeta) bool {
 // not copy to the VMI): acting on it again would override that choice, and
 // a refusal would only show as virt-controller retrying a VM that looks
 // admitted.
-func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg *config.Source, facts lookup.Facts) (*chain.Request, *vmShape, *admission.Response) {
+func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg *config.Source, facts lookup.Facts, patching bool) (*chain.Request, *vmShape, *admission.Response) {
 	answer := func(r admission.Response) (*chain.Request, *vmShape, *admission.Response) { return nil, nil, &r }
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return answer(admission.Allowed(""))
 	}
-	cr, shape, err := decodeVMOrVMI(kind, req.Object.Raw)
+	cr, shape, err := decodeVMOrVMI(kind, req.Object.Raw, patching)
 	if err != nil {
 		return answer(admission.Errored(http.StatusBadRequest, err))
 	}

@@ -32,7 +32,7 @@ func (h *VMMutator) Handle(ctx context.Context, req admission.Request) admission
 }
 
 func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp admission.Response) {
-	cr, shape, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts)
+	cr, shape, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts, true)
 	if early != nil {
 		return *early
 	}

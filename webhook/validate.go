@@ -34,7 +34,7 @@ func (h *VMValidator) Handle(ctx context.Context, req admission.Request) admissi
 
 func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp admission.Response) {
 	log := logf.FromContext(ctx)
-	cr, _, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts)
+	cr, _, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts, false)
 	if early != nil {
 		return *early
 	}
@@ -57,7 +57,7 @@ func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp
 // ratchet drops the errors the old object had too. If the old object cannot
 // be validated, nothing is dropped.
 func (h *VMValidator) ratchet(ctx context.Context, cr *chain.Request, ar *admissionv1.AdmissionRequest, errs field.ErrorList) field.ErrorList {
-	old, _, err := decodeVMOrVMI(h.Kind, ar.OldObject.Raw)
+	old, _, err := decodeVMOrVMI(h.Kind, ar.OldObject.Raw, false)
 	if err != nil {
 		return errs
 	}
