@@ -39,7 +39,10 @@ import (
 // user (or another webhook) pinned the address explicitly, and Multus
 // refuses an element with both keys. Refusing the pod instead would make the
 // VM unable to start over a choice that already keeps its IP.
-type ClaimRefs struct {
+type ClaimRefs VMIReader
+
+// VMIReader is what the launcher-pod mutators read a pod's VMI with.
+type VMIReader struct {
 	// Cache reads VMIs and IPAMClaims; informer-backed.
 	Cache client.Reader
 	// API reads a VMI the cache does not have yet; uncached.
@@ -66,7 +69,7 @@ func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		req.Warn("kvnet cannot read %s, so no IPAMClaim is referenced: %v", multus.NetworksAnnotation, err)
 		return nil
 	}
-	vmi, cached, err := m.vmi(ctx, req.Namespace, vmiName, false)
+	vmi, cached, err := VMIReader(m).vmi(ctx, req.Namespace, vmiName, false)
 	if err != nil || vmi == nil {
 		return err
 	}
@@ -74,7 +77,7 @@ func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	if cached && unknownInterface(elems, byIface, byOrdinal) && m.API != nil {
 		// NIC hotplug: KubeVirt adds the network to the VMI, then rewrites
 		// the pod annotation; the cache may not have the new VMI yet.
-		if vmi, _, err = m.vmi(ctx, req.Namespace, vmiName, true); err != nil || vmi == nil {
+		if vmi, _, err = VMIReader(m).vmi(ctx, req.Namespace, vmiName, true); err != nil || vmi == nil {
 			return err
 		}
 		byIface, byOrdinal = interfaceIndex(vmi.Spec.Networks)
@@ -150,7 +153,7 @@ func (m ClaimRefs) reference(ctx context.Context, req *chain.PodRequest, owner p
 // has not seen it yet (or uncached is set: the cached copy is older than the
 // pod). cached reports where it came from. A VMI that does not exist means
 // the pod is not a launcher kvnet can help; it is left alone.
-func (m ClaimRefs) vmi(ctx context.Context, namespace, name string, uncached bool) (vmi *kubevirtv1.VirtualMachineInstance, cached bool, err error) {
+func (m VMIReader) vmi(ctx context.Context, namespace, name string, uncached bool) (vmi *kubevirtv1.VirtualMachineInstance, cached bool, err error) {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
 	vmi = &kubevirtv1.VirtualMachineInstance{}
 	if !uncached {

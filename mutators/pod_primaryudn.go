@@ -59,12 +59,7 @@ const (
 // behind its author's back, and leaving it would lose the VM's IP. The same
 // holds for the legacy annotation. On UPDATE an annotation the request does
 // not change is left alone: the pod's network is fixed at creation.
-type PrimaryUDN struct {
-	// Cache reads VMIs and IPAMClaims; informer-backed.
-	Cache client.Reader
-	// API reads a VMI the cache does not have yet; uncached.
-	API client.Reader
-}
+type PrimaryUDN VMIReader
 
 // Name implements chain.PodMutator.
 func (PrimaryUDN) Name() string { return "primary-udn" }
@@ -96,7 +91,7 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 		log.V(1).Info("no primary-UDN IPAMClaim", "reason", why)
 		return nil
 	}
-	vmi, _, err := ClaimRefs(m).vmi(ctx, req.Namespace, vmiName, false)
+	vmi, _, err := VMIReader(m).vmi(ctx, req.Namespace, vmiName, false)
 	if err != nil || vmi == nil {
 		return err
 	}
