@@ -15,6 +15,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kvnet/kvnet/apijson"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -144,7 +145,7 @@ type migrationStateView struct {
 
 func decodeStatusView(raw []byte) (*statusView, error) {
 	var v statusView
-	if err := webhook.Unmarshal(raw, &v); err != nil {
+	if err := apijson.Unmarshal(raw, &v); err != nil {
 		return nil, fmt.Errorf("decoding the VirtualMachineInstance's metadata and status.migrationState: %w", err)
 	}
 	return &v, nil

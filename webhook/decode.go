@@ -13,8 +13,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
-	kjson "sigs.k8s.io/json"
 
+	"github.com/kvnet/kvnet/apijson"
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
@@ -69,29 +69,18 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool) (*chain.Request, *vmS
 	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
 }
 
-// Unmarshal decodes an admitted object's JSON as the API server does: keys
-// match field names case-sensitively. encoding/json alone would read
-// "metAdata" as metadata, and the patch computed from that view would then
-// address /metadata, which the object does not have (FuzzMigrationPods
-// found it), or kvnet would act on a field the API server ignores.
-func Unmarshal(raw []byte, v any) error {
-	return kjson.UnmarshalCaseSensitivePreserveInts(raw, v)
-}
-
 // unmarshalNoting decodes raw into v as Unmarshal does and returns the
 // first duplicate of a member the VM patch relies on (a region or a parent
 // of one, see patchMembers). The view merges both copies, so the patch
 // could address a member the last copy, the one a JSON patch applies to,
 // lacks. The API server decodes and re-encodes the objects it sends, so
 // only a hand-written object has one, and it is refused only when there
-// is a patch (see VMMutator). Noting duplicates in the view's own decode
-// costs one pass over the object less than checking a skeleton of those
-// members afterwards, which cost as much as decoding the view.
+// is a patch (see VMMutator).
 func unmarshalNoting(raw []byte, v any, patching bool) (error, error) {
 	if !patching {
-		return nil, Unmarshal(raw, v)
+		return nil, apijson.Unmarshal(raw, v)
 	}
-	strict, err := kjson.UnmarshalStrict(raw, v, kjson.DisallowDuplicateFields)
+	strict, err := apijson.UnmarshalStrict(raw, v)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,11 +9,15 @@ import (
 	"io"
 	"net/http"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/klog/v2"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kvnet/kvnet/apijson"
 )
 
 // maxReview is the largest AdmissionReview kvnet reads: controller-runtime's
@@ -64,15 +69,48 @@ type request struct {
 // the handler can keep the object's bytes as long as the request's.
 type borrowed []byte
 
-// UnmarshalJSON implements json.Unmarshaler; null is no value, as for a
-// runtime.RawExtension.
+// UnmarshalJSON implements json.Unmarshaler for apijson's v1 decode (see
+// decodeReview), whose bytes it may not keep, so they are copied;
+// null is no value, as for a runtime.RawExtension.
 func (b *borrowed) UnmarshalJSON(in []byte) error {
 	if string(in) == "null" {
 		*b = nil
 		return nil
 	}
-	*b = in
+	*b = bytes.Clone(in)
 	return nil
+}
+
+// decodeReview decodes body as apijson.Unmarshal does, with the review's objects
+// borrowed from body: v2's decoder says where each value ends in its
+// input, which is body, so the object is a slice of body rather than a
+// copy of up to 3 MiB. (A v2 Unmarshaler may not keep the bytes it is
+// given; the offset is the documented way to the same slice.)
+func decodeReview(body []byte) (*review, error) {
+	rv := &review{Request: &request{}}
+	return rv, apijson.Unmarshal(body, rv, borrowFrom(body))
+}
+
+// borrowFrom is the v2 option that decodes a borrowed value as a slice of
+// body, which must be the input of the decode.
+func borrowFrom(body []byte) jsonv2.Options {
+	return jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, b *borrowed) error {
+		v, err := dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		if v.Kind() == 'n' {
+			*b = nil
+			return nil
+		}
+		end := dec.InputOffset()
+		if start := end - int64(len(v)); start >= 0 && end <= int64(len(body)) && bytes.Equal(body[start:end], v) {
+			*b = body[start:end:end]
+		} else {
+			*b = bytes.Clone(v)
+		}
+		return nil
+	}))
 }
 
 // ServeHTTP implements http.Handler.
@@ -125,8 +163,8 @@ func readReview(r *http.Request) (*review, error) {
 	if len(body) == 0 {
 		return nil, errors.New("request body is empty")
 	}
-	rv := &review{Request: &request{}}
-	if err := Unmarshal(body, rv); err != nil {
+	rv, err := decodeReview(body)
+	if err != nil {
 		return nil, fmt.Errorf("decoding the AdmissionReview: %w", err)
 	}
 	switch {

@@ -13,6 +13,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kvnet/kvnet/apijson"
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
@@ -131,7 +132,7 @@ func decodePodView(raw []byte) (*corev1.Pod, podPresence, error) {
 		return nil, podPresence{}, fmt.Errorf("the request's pod is not a JSON object")
 	}
 	var v podView
-	if err := Unmarshal(raw, &v); err != nil {
+	if err := apijson.Unmarshal(raw, &v); err != nil {
 		return nil, podPresence{}, fmt.Errorf("decoding Pod: %w", err)
 	}
 	pod := &corev1.Pod{}
