@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/config"
@@ -25,13 +26,12 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 	}
 	var nets []config.Network
 	if strings.HasPrefix(s, "[") {
-		dec := json.NewDecoder(strings.NewReader(s))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&nets); err != nil {
-			return nil, field.ErrorList{field.Invalid(p, value, "not a JSON list of {name, nad, binding, defaultRoute, persistentIPs, ips, mac, cniArgs, logicalSwitch}: "+err.Error())}
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return nil, field.ErrorList{field.Invalid(p, value, "unexpected data after the JSON list")}
+		var ok bool
+		if nets, ok = requestedV2(s); !ok {
+			var msg string
+			if nets, msg = requestedV1(s); msg != "" {
+				return nil, field.ErrorList{field.Invalid(p, value, msg)}
+			}
 		}
 	} else {
 		for i, item := range strings.Split(s, ",") {
@@ -88,4 +88,33 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 		return nil, errs
 	}
 	return nets, nil
+}
+
+// requestedV2 decodes the JSON form with encoding/json/v2 (see apijson),
+// which does it in a third of v1's time. It accepts a subset of what
+// requestedV1 does, with the same result (FuzzRequestedDecodersAgree):
+// v2 matches names exactly and refuses duplicate names and trailing data,
+// where v1 matches names case-insensitively and takes the last duplicate.
+// What v2 refuses is left to requestedV1, whose errors users see.
+func requestedV2(s string) ([]config.Network, bool) {
+	var nets []config.Network
+	if jsonv2.Unmarshal([]byte(s), &nets, jsonv2.RejectUnknownMembers(true)) != nil {
+		return nil, false
+	}
+	return nets, true
+}
+
+// requestedV1 decodes the JSON form as encoding/json does, or says why it
+// cannot.
+func requestedV1(s string) ([]config.Network, string) {
+	var nets []config.Network
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&nets); err != nil {
+		return nil, "not a JSON list of {name, nad, binding, defaultRoute, persistentIPs, ips, mac, cniArgs, logicalSwitch}: " + err.Error()
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, "unexpected data after the JSON list"
+	}
+	return nets, ""
 }
