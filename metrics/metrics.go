@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,13 +41,70 @@ func init() {
 
 // ObserveStep records one mutator or validator call.
 func ObserveStep(step, kind string, start time.Time, err error, denied bool) {
-	result := "ok"
+	s := steps.get([2]string{step, kind}, func() stepSeries {
+		return stepSeries{ok: stepCalls.WithLabelValues(step, kind, "ok"), latency: stepLatency.WithLabelValues(step, kind)}
+	})
 	switch {
 	case err != nil:
-		result = "error"
+		stepCalls.WithLabelValues(step, kind, "error").Inc()
 	case denied:
-		result = "denied"
+		stepCalls.WithLabelValues(step, kind, "denied").Inc()
+	default:
+		s.ok.Inc()
 	}
-	stepCalls.WithLabelValues(step, kind, result).Inc()
-	stepLatency.WithLabelValues(step, kind).Observe(time.Since(start).Seconds())
+	s.latency.Observe(time.Since(start).Seconds())
+}
+
+// ObserveRequest records one admission request's outcome and latency.
+func ObserveRequest(webhook, outcome string, start time.Time) {
+	requests.get([2]string{webhook, outcome}, func() prometheus.Counter {
+		return Requests.WithLabelValues(webhook, outcome)
+	}).Inc()
+	latencies.get([2]string{webhook}, func() prometheus.Observer {
+		return RequestLatency.WithLabelValues(webhook)
+	}).Observe(time.Since(start).Seconds())
+}
+
+// The series the hot path writes, resolved once per label values:
+// WithLabelValues hashes the values and takes the vector's lock on every
+// call, about a dozen times per request. Only successful steps' counters
+// are cached, so a series for "error" or "denied" still appears only once
+// one happened.
+var (
+	steps     seriesCache[stepSeries]
+	requests  seriesCache[prometheus.Counter]
+	latencies seriesCache[prometheus.Observer]
+)
+
+type stepSeries struct {
+	ok      prometheus.Counter
+	latency prometheus.Observer
+}
+
+// seriesCache maps label values to the series resolve returns for them.
+// A map under a read lock rather than a sync.Map, whose any-typed key
+// would cost an allocation per lookup.
+type seriesCache[T any] struct {
+	mu sync.RWMutex
+	m  map[[2]string]T
+}
+
+func (c *seriesCache[T]) get(key [2]string, resolve func() T) T {
+	c.mu.RLock()
+	v, ok := c.m[key]
+	c.mu.RUnlock()
+	if ok {
+		return v
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.m[key]; ok {
+		return v
+	}
+	if c.m == nil {
+		c.m = map[[2]string]T{}
+	}
+	v = resolve()
+	c.m[key] = v
+	return v
 }

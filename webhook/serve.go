@@ -46,6 +46,5 @@ func observe(webhook string, start time.Time, resp admission.Response) {
 	case len(resp.Patches) > 0:
 		outcome = "patched"
 	}
-	metrics.Requests.WithLabelValues(webhook, outcome).Inc()
-	metrics.RequestLatency.WithLabelValues(webhook).Observe(time.Since(start).Seconds())
+	metrics.ObserveRequest(webhook, outcome, start)
 }
