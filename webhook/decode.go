@@ -27,7 +27,7 @@ import (
 // patching asks for the duplicates the patch cannot address (see
 // unmarshalNoting); a validator, which writes no patch, does not pay for
 // looking.
-func decodeVMOrVMI(kind string, raw []byte, patching bool) (*chain.Request, *vmShape, error) {
+func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Request, *vmShape, error) {
 	if len(raw) == 0 {
 		return nil, nil, fmt.Errorf("the request carries no object")
 	}
@@ -38,8 +38,7 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool) (*chain.Request, *vmS
 	}
 	switch kind {
 	case chain.KindVM:
-		var v vmView
-		dups, err := unmarshalNoting(raw, &v, patching)
+		v, dups, err := decodeView[vmView](raw, patching, view)
 		if err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
@@ -56,8 +55,7 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool) (*chain.Request, *vmS
 		}
 		return chain.ForVM(vm), shape, nil
 	case chain.KindVMI:
-		var v vmiView
-		dups, err := unmarshalNoting(raw, &v, patching)
+		v, dups, err := decodeView[vmiView](raw, patching, view)
 		if err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
@@ -67,6 +65,30 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool) (*chain.Request, *vmS
 		return chain.ForVMI(vmi), shape, nil
 	}
 	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
+}
+
+// newVMView returns an empty view of kind's objects for the Edge to decode
+// (see viewHandler), or nil for a kind kvnet does not handle.
+func newVMView(kind string) any {
+	switch kind {
+	case chain.KindVM:
+		return new(vmView)
+	case chain.KindVMI:
+		return new(vmiView)
+	}
+	return nil
+}
+
+// decodeView returns view if the Edge decoded the object into it, and
+// otherwise decodes raw. A view the Edge decoded came from v2, which
+// refuses any duplicate name, so there is none to report.
+func decodeView[V any](raw []byte, patching bool, view any) (*V, error, error) {
+	if v, ok := view.(*V); ok && v != nil {
+		return v, nil, nil
+	}
+	v := new(V)
+	dups, err := unmarshalNoting(raw, v, patching)
+	return v, dups, err
 }
 
 // unmarshalNoting decodes raw into v as Unmarshal does and returns the
@@ -330,12 +352,12 @@ func ownedByVM(meta *metav1.ObjectMeta) bool {
 // not copy to the VMI): acting on it again would override that choice, and
 // a refusal would only show as virt-controller retrying a VM that looks
 // admitted.
-func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg *config.Source, facts lookup.Facts, patching bool) (*chain.Request, *vmShape, *admission.Response) {
+func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg *config.Source, facts lookup.Facts, patching bool, view any) (*chain.Request, *vmShape, *admission.Response) {
 	answer := func(r admission.Response) (*chain.Request, *vmShape, *admission.Response) { return nil, nil, &r }
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return answer(admission.Allowed(""))
 	}
-	cr, shape, err := decodeVMOrVMI(kind, req.Object.Raw, patching)
+	cr, shape, err := decodeVMOrVMI(kind, req.Object.Raw, patching, view)
 	if err != nil {
 		return answer(admission.Errored(http.StatusBadRequest, err))
 	}

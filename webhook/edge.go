@@ -31,8 +31,10 @@ const maxReview = 7 << 20
 // stays controller-runtime's), whose decoding runs the review through the
 // universal deserializer: one pass over the whole body to find its kind and
 // another to decode it, each with its own validity scan, before the handler
-// decodes the object a third time. Edge decodes the review in one pass, and
-// builds the request logger only when a line is written (see requestSink).
+// decodes the object a third time. Edge decodes the review in one pass,
+// with the handler's view of the object in the same pass where the handler
+// reads only a view (see viewHandler), and builds the request logger only
+// when a line is written (see requestSink).
 // Its answers are the same: an undecodable review is a 400 AdmissionReview.
 type Edge struct {
 	Handler admission.Handler
@@ -55,67 +57,118 @@ type review struct {
 	Request    *request `json:"request"`
 }
 
-// request is the AdmissionRequest with its objects borrowed from the body:
-// the outer fields win over the embedded request's, so the decoder fills
-// those instead of copying each object into a runtime.RawExtension.
+// request is the AdmissionRequest with its objects decoded by
+// objectField: the outer fields win over the embedded request's, so the
+// decoder fills those instead of copying each object into a
+// runtime.RawExtension.
 type request struct {
 	admissionv1.AdmissionRequest
-	Object    borrowed `json:"object"`
-	OldObject borrowed `json:"oldObject"`
+	Object    objectField `json:"object"`
+	OldObject objectField `json:"oldObject"`
 }
 
-// borrowed is a JSON value as it appears in the body readReview decodes,
-// not a copy: the body is read for this one request and never written, so
-// the handler can keep the object's bytes as long as the request's.
-type borrowed []byte
+// objectField is one of the review's objects. Its JSON is a slice of the
+// review's body, not a copy: the body is read for this one request and
+// never written, so the handler can keep the bytes as long as the request.
+// If the handler reads only a view of the object (see viewHandler), the
+// view is decoded in the review's own pass, so the object's bytes are
+// scanned once rather than twice.
+type objectField struct {
+	// body is the decoder's input, of which raw is a slice.
+	body []byte
+	// view, if not nil, is what a JSON object here decodes into; decoded
+	// reports that it did.
+	view    any
+	decoded bool
+	// raw is the object's JSON; nil for null or a missing object.
+	raw []byte
+}
 
-// UnmarshalJSON implements json.Unmarshaler for apijson's v1 decode (see
-// decodeReview), whose bytes it may not keep, so they are copied;
-// null is no value, as for a runtime.RawExtension.
-func (b *borrowed) UnmarshalJSON(in []byte) error {
-	if string(in) == "null" {
-		*b = nil
-		return nil
+// UnmarshalJSONFrom implements the v2 json.UnmarshalerFrom. The decoder's
+// input offsets, a documented API, give the object's place in body; any
+// inconsistency is an error, which sends the whole review to apijson's v1
+// decode.
+func (o *objectField) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	start := valueStart(o.body, dec.InputOffset())
+	if o.view != nil && dec.PeekKind() == '{' {
+		if err := jsonv2.UnmarshalDecode(dec, o.view); err != nil {
+			return err
+		}
+		o.decoded = true
+	} else if _, err := dec.ReadValue(); err != nil {
+		return err
 	}
-	*b = bytes.Clone(in)
+	end := dec.InputOffset()
+	if start < 0 || end > int64(len(o.body)) || start >= end {
+		return errors.New("the object's place in the body is unknown")
+	}
+	o.raw = o.body[start:end:end]
+	if string(o.raw) == "null" {
+		o.raw = nil
+	}
 	return nil
 }
 
-// decodeReview decodes body as apijson.Unmarshal does, with the review's objects
-// borrowed from body: v2's decoder says where each value ends in its
-// input, which is body, so the object is a slice of body rather than a
-// copy of up to 3 MiB. (A v2 Unmarshaler may not keep the bytes it is
-// given; the offset is the documented way to the same slice.)
-func decodeReview(body []byte) (*review, error) {
-	rv := &review{Request: &request{}}
-	return rv, apijson.Unmarshal(body, rv, borrowFrom(body))
+// valueStart is the offset of the value that follows a member name ending
+// at off: after white space and the colon.
+func valueStart(body []byte, off int64) int64 {
+	for ; off >= 0 && off < int64(len(body)); off++ {
+		switch body[off] {
+		case ' ', '\t', '\r', '\n', ':':
+		default:
+			return off
+		}
+	}
+	return -1
 }
 
-// borrowFrom is the v2 option that decodes a borrowed value as a slice of
-// body, which must be the input of the decode.
-func borrowFrom(body []byte) jsonv2.Options {
-	return jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, b *borrowed) error {
-		v, err := dec.ReadValue()
-		if err != nil {
-			return err
-		}
-		if v.Kind() == 'n' {
-			*b = nil
-			return nil
-		}
-		end := dec.InputOffset()
-		if start := end - int64(len(v)); start >= 0 && end <= int64(len(body)) && bytes.Equal(body[start:end], v) {
-			*b = body[start:end:end]
-		} else {
-			*b = bytes.Clone(v)
-		}
-		return nil
-	}))
+// UnmarshalJSON implements json.Unmarshaler for apijson's v1 decode (see
+// decodeReview), whose bytes it may not keep, so they are copied; null is
+// no value, as for a runtime.RawExtension. No view is decoded.
+func (o *objectField) UnmarshalJSON(in []byte) error {
+	*o = objectField{}
+	if string(in) != "null" {
+		o.raw = bytes.Clone(in)
+	}
+	return nil
+}
+
+// decodeReview decodes body as apijson.Unmarshal does, and the request's
+// object into view too if view is not nil and the object is a JSON object
+// (rv.Request.Object.decoded says whether it was).
+func decodeReview(body []byte, view any) (*review, error) {
+	rv := &review{Request: &request{Object: objectField{body: body, view: view}, OldObject: objectField{body: body}}}
+	if err := apijson.Unmarshal(body, rv); err != nil {
+		return nil, err
+	}
+	if rv.Request == nil {
+		// "request": null
+		rv.Request = &request{}
+	}
+	rv.Request.AdmissionRequest.Object.Raw = rv.Request.Object.raw
+	rv.Request.AdmissionRequest.OldObject.Raw = rv.Request.OldObject.raw
+	return rv, nil
+}
+
+// viewHandler is a handler that reads only part of the object, its view,
+// which the Edge then decodes in the review's own pass.
+type viewHandler interface {
+	admission.Handler
+	// newView returns an empty view to decode the object into.
+	newView() any
+	// handleView is Handle with the object decoded into view, or, if
+	// view is nil, not decoded yet.
+	handleView(ctx context.Context, req admission.Request, view any) admission.Response
 }
 
 // ServeHTTP implements http.Handler.
 func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rv, err := readReview(r)
+	vh, _ := e.Handler.(viewHandler)
+	var view any
+	if vh != nil {
+		view = vh.newView()
+	}
+	rv, err := readReview(r, view)
 	if err != nil {
 		e.Log.Error(err, "bad request")
 		code := int32(http.StatusBadRequest)
@@ -127,13 +180,22 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := admission.Request{AdmissionRequest: rv.Request.AdmissionRequest}
 	ctx := logr.NewContext(r.Context(), logr.New(newRequestSink(e.Log.GetSink(), &req)))
-	resp := e.handle(ctx, req)
+	handler := e.Handler.Handle
+	if vh != nil {
+		if !rv.Request.Object.decoded {
+			view = nil
+		}
+		handler = func(ctx context.Context, req admission.Request) admission.Response {
+			return vh.handleView(ctx, req, view)
+		}
+	}
+	resp := e.handle(ctx, req, handler)
 	e.write(w, rv.APIVersion, resp)
 }
 
 // readReview reads and decodes the body: JSON, a known AdmissionReview
 // version, at most maxReview bytes.
-func readReview(r *http.Request) (*review, error) {
+func readReview(r *http.Request, view any) (*review, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, errors.New("request body is empty")
 	}
@@ -163,7 +225,7 @@ func readReview(r *http.Request) (*review, error) {
 	if len(body) == 0 {
 		return nil, errors.New("request body is empty")
 	}
-	rv, err := decodeReview(body)
+	rv, err := decodeReview(body, view)
 	if err != nil {
 		return nil, fmt.Errorf("decoding the AdmissionReview: %w", err)
 	}
@@ -174,18 +236,12 @@ func readReview(r *http.Request) (*review, error) {
 	case rv.Kind != "AdmissionReview" || (rv.APIVersion != "admission.k8s.io/v1" && rv.APIVersion != "admission.k8s.io/v1beta1"):
 		return nil, fmt.Errorf("want an admission.k8s.io/v1 or v1beta1 AdmissionReview, got %s %s", rv.APIVersion, rv.Kind)
 	}
-	if rv.Request == nil {
-		// "request": null
-		rv.Request = &request{}
-	}
-	rv.Request.AdmissionRequest.Object.Raw = rv.Request.Object
-	rv.Request.AdmissionRequest.OldObject.Raw = rv.Request.OldObject
 	return rv, nil
 }
 
 // handle runs the handler and completes its answer. A panic here is a
 // second net: kvnet's handlers run in Serve, which recovers their own.
-func (e *Edge) handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+func (e *Edge) handle(ctx context.Context, req admission.Request, handler func(context.Context, admission.Request) admission.Response) (resp admission.Response) {
 	defer func() {
 		if p := recover(); p != nil {
 			logf.FromContext(ctx).Error(fmt.Errorf("%v", p), "handler panicked")
@@ -193,7 +249,7 @@ func (e *Edge) handle(ctx context.Context, req admission.Request) (resp admissio
 			resp.UID = req.UID
 		}
 	}()
-	resp = e.Handler.Handle(ctx, req)
+	resp = handler(ctx, req)
 	if err := encodePatch(&resp); err != nil {
 		logf.FromContext(ctx).Error(err, "unable to encode the patch")
 		resp = admission.Errored(http.StatusInternalServerError, errors.New("unable to encode response"))

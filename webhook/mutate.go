@@ -28,11 +28,19 @@ type VMMutator struct {
 
 // Handle implements admission.Handler.
 func (h *VMMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return Serve(ctx, "mutate-"+h.Kind, req, h.mutate)
+	return h.handleView(ctx, req, nil)
 }
 
-func (h *VMMutator) mutate(ctx context.Context, req admission.Request) (resp admission.Response) {
-	cr, shape, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts, true)
+func (h *VMMutator) newView() any { return newVMView(h.Kind) }
+
+func (h *VMMutator) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
+	return Serve(ctx, "mutate-"+h.Kind, req, func(ctx context.Context, req admission.Request) admission.Response {
+		return h.mutate(ctx, req, view)
+	})
+}
+
+func (h *VMMutator) mutate(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
+	cr, shape, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts, true, view)
 	if early != nil {
 		return *early
 	}

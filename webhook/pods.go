@@ -13,7 +13,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/kvnet/kvnet/apijson"
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
@@ -39,14 +38,22 @@ type PodMutator struct {
 
 // Handle implements admission.Handler.
 func (h *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return Serve(ctx, "mutate-"+h.Name, req, h.mutatePod)
+	return h.handleView(ctx, req, nil)
 }
 
-func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request) (resp admission.Response) {
+func (h *PodMutator) newView() any { return new(podView) }
+
+func (h *PodMutator) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
+	return Serve(ctx, "mutate-"+h.Name, req, func(ctx context.Context, req admission.Request) admission.Response {
+		return h.mutatePod(ctx, req, view)
+	})
+}
+
+func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	pod, present, err := decodePodView(req.Object.Raw)
+	pod, present, err := decodePodView(req.Object.Raw, view)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
@@ -65,7 +72,7 @@ func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request) (resp
 		return admission.Allowed("namespace is excluded by config")
 	}
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		old, _, err := decodePodView(req.OldObject.Raw)
+		old, _, err := decodePodView(req.OldObject.Raw, nil)
 		if err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("the old pod: %w", err))
 		}
@@ -122,8 +129,9 @@ type podView struct {
 type podPresence struct{ metadata, annotations, labels bool }
 
 // decodePodView decodes the part of raw the pod mutators read into a
-// corev1.Pod, whose other fields stay empty.
-func decodePodView(raw []byte) (*corev1.Pod, podPresence, error) {
+// corev1.Pod, whose other fields stay empty, or takes it from view, the
+// Edge's decode of it (see viewHandler).
+func decodePodView(raw []byte, view any) (*corev1.Pod, podPresence, error) {
 	if len(raw) == 0 {
 		return nil, podPresence{}, fmt.Errorf("the request carries no pod")
 	}
@@ -131,8 +139,8 @@ func decodePodView(raw []byte) (*corev1.Pod, podPresence, error) {
 	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return nil, podPresence{}, fmt.Errorf("the request's pod is not a JSON object")
 	}
-	var v podView
-	if err := apijson.Unmarshal(raw, &v); err != nil {
+	v, _, err := decodeView[podView](raw, false, view)
+	if err != nil {
 		return nil, podPresence{}, fmt.Errorf("decoding Pod: %w", err)
 	}
 	pod := &corev1.Pod{}

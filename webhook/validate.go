@@ -29,12 +29,20 @@ type VMValidator struct {
 
 // Handle implements admission.Handler.
 func (h *VMValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return Serve(ctx, "validate-"+h.Kind, req, h.validate)
+	return h.handleView(ctx, req, nil)
 }
 
-func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp admission.Response) {
+func (h *VMValidator) newView() any { return newVMView(h.Kind) }
+
+func (h *VMValidator) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
+	return Serve(ctx, "validate-"+h.Kind, req, func(ctx context.Context, req admission.Request) admission.Response {
+		return h.validate(ctx, req, view)
+	})
+}
+
+func (h *VMValidator) validate(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
 	log := logf.FromContext(ctx)
-	cr, _, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts, false)
+	cr, _, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts, false, view)
 	if early != nil {
 		return *early
 	}
@@ -57,7 +65,7 @@ func (h *VMValidator) validate(ctx context.Context, req admission.Request) (resp
 // ratchet drops the errors the old object had too. If the old object cannot
 // be validated, nothing is dropped.
 func (h *VMValidator) ratchet(ctx context.Context, cr *chain.Request, ar *admissionv1.AdmissionRequest, errs field.ErrorList) field.ErrorList {
-	old, _, err := decodeVMOrVMI(h.Kind, ar.OldObject.Raw, false)
+	old, _, err := decodeVMOrVMI(h.Kind, ar.OldObject.Raw, false, nil)
 	if err != nil {
 		return errs
 	}

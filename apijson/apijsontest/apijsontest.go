@@ -11,14 +11,13 @@ import (
 	"github.com/kvnet/kvnet/apijson"
 )
 
-// Agree decodes raw into a fresh value of newV with v2 alone (with opts)
-// and with the API server's decoder alone. Where v2 succeeds, the API
+// Agree decodes raw into a fresh value of newV with v2 alone and with the API server's decoder alone. Where v2 succeeds, the API
 // server's decoder must succeed too, with an equal value; where v2
 // refuses, apijson uses the API server's decoder, so there is nothing to
 // compare. It reports whether v2 decoded raw.
-func Agree(raw []byte, newV func() any, opts ...jsonv2.Options) (fast bool, err error) {
+func Agree(raw []byte, newV func() any) (fast bool, err error) {
 	v2, v1 := newV(), newV()
-	if !apijson.IsObject(raw) || jsonv2.Unmarshal(raw, v2, opts...) != nil {
+	if !apijson.IsObject(raw) || jsonv2.Unmarshal(raw, v2) != nil {
 		return false, nil
 	}
 	if err := apijson.V1(raw, v1); err != nil {
