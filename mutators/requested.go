@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -58,7 +59,7 @@ func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorL
 		if n.Binding == "" {
 			n.Binding = config.BindingAuto
 		}
-		for _, e := range config.ValidateNetwork(*n, field.NewPath("["+fmt.Sprint(i)+"]")) {
+		for _, e := range config.ValidateNetwork(*n, field.NewPath("["+strconv.Itoa(i)+"]")) {
 			errs = append(errs, field.Invalid(p, value, e.Error()))
 		}
 		for _, ip := range n.Prefixes() {
