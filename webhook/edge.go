@@ -171,7 +171,14 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rv, err := readReview(r, view)
 	if err != nil {
-		e.Log.Error(err, "bad request")
+		if errors.Is(err, io.ErrUnexpectedEOF) || r.Context().Err() != nil {
+			// The caller went away mid-body (an API server giving up at
+			// its webhook timeout, a load tool ending its run): nothing is
+			// wrong with the request kvnet could report, or with kvnet.
+			e.Log.V(1).Info("the caller went away before sending the whole request", "error", err.Error())
+		} else {
+			e.Log.Error(err, "bad request")
+		}
 		code := int32(http.StatusBadRequest)
 		if errors.Is(err, errTooLarge) {
 			code = http.StatusRequestEntityTooLarge

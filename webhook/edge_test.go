@@ -136,3 +136,33 @@ func TestEdgePatchEncoding(t *testing.T) {
 		}
 	}
 }
+
+// A caller that goes away mid-body (an API server at its webhook timeout)
+// gets its 400, but is not logged as an error: nothing is wrong with
+// kvnet. A body that is whole but broken still is.
+func TestEdgeCallerGoneIsNotAnError(t *testing.T) {
+	var errorLines int
+	h := webhook.Webhook(admission.HandlerFunc(func(context.Context, admission.Request) admission.Response { return admission.Allowed("") }))
+	h.Log = funcr.New(func(prefix, args string) {
+		if strings.Contains(args, `"error"=`) && !strings.Contains(args, `"level"=`) {
+			errorLines++
+		}
+	}, funcr.Options{Verbosity: 1})
+	cut := []byte(`{"request":{"uid":"u5","object":{"metadata":`)
+	r := httptest.NewRequest(http.MethodPost, "/x", bytes.NewReader(cut))
+	r.Header.Set("Content-Type", "application/json")
+	r.ContentLength = int64(len(cut)) + 100
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Response == nil || out.Response.Result.Code != http.StatusBadRequest {
+		t.Fatalf("answer %s: %v", w.Body, err)
+	}
+	if errorLines != 0 {
+		t.Fatalf("a caller gone mid-body was logged as an error")
+	}
+	post(t, h, "application/json", []byte(`{`))
+	if errorLines != 1 {
+		t.Fatalf("an undecodable review was logged as %d errors, want 1", errorLines)
+	}
+}
