@@ -23,21 +23,24 @@
 package apijson
 
 import (
+	"encoding/json"
 	"reflect"
+	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	kjson "sigs.k8s.io/json"
 )
 
 // Unmarshal decodes raw into v, a non-nil pointer, as the API server does.
-// opts are v2 options for the fast path (the v1 decode does not take them),
-// such as unmarshalers that must produce what v's own UnmarshalJSON
-// methods do.
-func Unmarshal(raw []byte, v any, opts ...jsonv2.Options) error {
-	if IsObject(raw) && jsonv2.Unmarshal(raw, v, opts...) == nil {
-		return nil
+// When v2's decode fails, v is reset before the API server's decoder
+// decodes raw into it, so nothing v2 wrote is left.
+func Unmarshal(raw []byte, v any) error {
+	if Fast(raw, v) {
+		if jsonv2.Unmarshal(raw, v) == nil {
+			return nil
+		}
+		reflect.ValueOf(v).Elem().SetZero()
 	}
-	reflect.ValueOf(v).Elem().SetZero()
 	return V1(raw, v)
 }
 
@@ -46,16 +49,24 @@ func Unmarshal(raw []byte, v any, opts ...jsonv2.Options) error {
 // fieldValidation=Strict, refuses: duplicate member names. v2 refuses any
 // duplicate, so when it decodes raw there is none.
 func UnmarshalStrict(raw []byte, v any) (strict []error, err error) {
-	if IsObject(raw) && jsonv2.Unmarshal(raw, v) == nil {
-		return nil, nil
+	if Fast(raw, v) {
+		if jsonv2.Unmarshal(raw, v) == nil {
+			return nil, nil
+		}
+		reflect.ValueOf(v).Elem().SetZero()
 	}
-	reflect.ValueOf(v).Elem().SetZero()
 	return kjson.UnmarshalStrict(raw, v, kjson.DisallowDuplicateFields)
 }
 
-// IsObject reports whether raw starts as a JSON object, the only input
-// the fast path takes: a top-level null leaves v1's target as it was and
-// resets v2's, and nothing else decodes into kvnet's types.
+// Fast reports whether the v2 decode is tried for raw into v: raw must be
+// a JSON object (a top-level null leaves v1's target as it was and resets
+// v2's), and v's type must hold no interface value (the API server's
+// decoder reads an integer in an any as an int64, v2 as a float64).
+func Fast(raw []byte, v any) bool {
+	return IsObject(raw) && !holdsInterface(reflect.TypeOf(v))
+}
+
+// IsObject reports whether raw starts as a JSON object.
 func IsObject(raw []byte) bool {
 	for _, c := range raw {
 		switch c {
@@ -70,4 +81,49 @@ func IsObject(raw []byte) bool {
 // V1 is the API server's own decode, alone.
 func V1(raw []byte, v any) error {
 	return kjson.UnmarshalCaseSensitivePreserveInts(raw, v)
+}
+
+var interfaceTypes sync.Map // reflect.Type -> bool
+
+// holdsInterface reports whether a value of type t can hold an interface
+// value that the decoders fill: in a field, element or map value, except
+// below a type that decodes itself (json.Unmarshaler), which both
+// decoders call alike.
+func holdsInterface(t reflect.Type) bool {
+	if t == nil {
+		return true
+	}
+	if v, ok := interfaceTypes.Load(t); ok {
+		return v.(bool)
+	}
+	holds := walkInterface(t, map[reflect.Type]bool{})
+	interfaceTypes.Store(t, holds)
+	return holds
+}
+
+var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+func walkInterface(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	if t.Kind() != reflect.Pointer && reflect.PointerTo(t).Implements(unmarshaler) {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Interface:
+		return true
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return walkInterface(t.Elem(), seen)
+	case reflect.Map:
+		return walkInterface(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if f := t.Field(i); (f.IsExported() || f.Anonymous) && f.Tag.Get("json") != "-" && walkInterface(f.Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }

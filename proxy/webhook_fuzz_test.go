@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kvnet/kvnet/apijson"
 	"github.com/kvnet/kvnet/apijson/apijsontest"
 )
 
@@ -41,6 +42,17 @@ func FuzzStatusViewDecodersAgree(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// The rewrite's view decodes on apijson's fast path, as the benchmarks
+// assume.
+func TestStatusViewTakesTheFastPath(t *testing.T) {
+	if !apijson.Fast([]byte(statusSeeds[8]), new(statusView)) {
+		t.Fatal("statusView is off apijson's fast path")
+	}
+	if fast, err := apijsontest.Agree([]byte(statusSeeds[8]), func() any { return new(statusView) }); err != nil || !fast {
+		t.Fatalf("fast=%v err=%v", fast, err)
+	}
 }
 
 // FuzzStatusRewriter feeds arbitrary VMI bytes, as UPDATEs, to the

@@ -160,7 +160,13 @@ func TestRealReviewsTakeTheFastPath(t *testing.T) {
 	case &review[start] != &obj[0]:
 		t.Fatal("the object was copied, not borrowed")
 	}
+	if !apijson.Fast(review, rv) {
+		t.Fatal("the review type is off apijson's fast path")
+	}
 	for _, newView := range views {
+		if !apijson.Fast(obj, newView()) {
+			t.Fatalf("%T is off apijson's fast path", newView())
+		}
 		if fast, err := apijsontest.Agree(obj, newView); err != nil || !fast {
 			t.Fatalf("%T: fast=%v err=%v", newView(), fast, err)
 		}

@@ -17,7 +17,7 @@ import (
 // compare. It reports whether v2 decoded raw.
 func Agree(raw []byte, newV func() any) (fast bool, err error) {
 	v2, v1 := newV(), newV()
-	if !apijson.IsObject(raw) || jsonv2.Unmarshal(raw, v2) != nil {
+	if !apijson.Fast(raw, v2) || jsonv2.Unmarshal(raw, v2) != nil {
 		return false, nil
 	}
 	if err := apijson.V1(raw, v1); err != nil {
