@@ -91,9 +91,9 @@ func decodeView[V any](raw []byte, patching bool, view any) (*V, error, error) {
 	return v, dups, err
 }
 
-// unmarshalNoting decodes raw into v as Unmarshal does and returns the
-// first duplicate of a member the VM patch relies on (a region or a parent
-// of one, see patchMembers). The view merges both copies, so the patch
+// unmarshalNoting decodes raw into v as apijson.Unmarshal does and returns
+// the first duplicate of a member the VM patch relies on (a region or a
+// parent of one, see patchMembers). The view merges both copies, so the patch
 // could address a member the last copy, the one a JSON patch applies to,
 // lacks. The API server decodes and re-encodes the objects it sends, so
 // only a hand-written object has one, and it is refused only when there
