@@ -72,11 +72,7 @@ func v1Review(raw []byte) (*review, error) {
 	if err := apijson.V1(raw, rv); err != nil {
 		return nil, err
 	}
-	if rv.Request == nil {
-		rv.Request = &request{}
-	}
-	rv.Request.AdmissionRequest.Object.Raw = rv.Request.Object.raw
-	rv.Request.AdmissionRequest.OldObject.Raw = rv.Request.OldObject.raw
+	rv.complete()
 	return rv, nil
 }
 

@@ -142,13 +142,18 @@ func decodeReview(body []byte, view any) (*review, error) {
 	if err := apijson.Unmarshal(body, rv); err != nil {
 		return nil, err
 	}
+	rv.complete()
+	return rv, nil
+}
+
+// complete fills in what a decode leaves: a request for "request": null,
+// and the AdmissionRequest's objects.
+func (rv *review) complete() {
 	if rv.Request == nil {
-		// "request": null
 		rv.Request = &request{}
 	}
 	rv.Request.AdmissionRequest.Object.Raw = rv.Request.Object.raw
 	rv.Request.AdmissionRequest.OldObject.Raw = rv.Request.OldObject.raw
-	return rv, nil
 }
 
 // viewHandler is a handler that reads only part of the object, its view,
