@@ -122,7 +122,7 @@ func TestSelfManagedCertsRotateWithoutFailedCalls(t *testing.T) {
 	ctx := t.Context()
 
 	// Two replicas, each with its own cert dir and port, as two pods.
-	ports := []int{freePort(t), freePort(t)}
+	ports := []int{framework.FreePort(t), framework.FreePort(t)}
 	proxy := newRoundRobin(t, ports)
 	name := "kvnet-certs-test"
 	registerURLWebhooks(t, name, proxy, map[string]string{certsLabel: "true"})
@@ -438,16 +438,6 @@ func newRoundRobin(t *testing.T, ports []int) string {
 		}
 	}()
 	return l.Addr().String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func readFile(t *testing.T, path string) []byte {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -123,7 +122,7 @@ migration:
 func migReplicaB(t *testing.T, calls *atomic.Int32) {
 	t.Helper()
 	wio := &env.Env.WebhookInstallOptions
-	port := migFreePort(t)
+	port := framework.FreePort(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 app.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -234,14 +233,4 @@ func migParallel(t *testing.T, n int, f func(i int) error) {
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d failed; first: %v", len(errs), n, errs[0])
 	}
-}
-
-func migFreePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

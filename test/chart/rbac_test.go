@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -74,12 +73,12 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 	if err := os.WriteFile(cfgPath, []byte(cm.Data["config.yaml"]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	probe := freePort(t)
+	probe := framework.FreePort(t)
 	args := append([]string{}, dep.Spec.Template.Spec.Containers[0].Args...)
 	// Only where things live on this machine changes; later flags win.
 	args = append(args,
 		"--config="+cfgPath, "--cert-dir="+filepath.Join(dir, "certs"),
-		fmt.Sprintf("--webhook-port=%d", freePort(t)), "--webhook-host=127.0.0.1",
+		fmt.Sprintf("--webhook-port=%d", framework.FreePort(t)), "--webhook-host=127.0.0.1",
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 	)
 	sa := dep.Spec.Template.Spec.ServiceAccountName
@@ -259,14 +258,4 @@ func wait(t *testing.T, what string, deadline time.Duration, exited <-chan struc
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

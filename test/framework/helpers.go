@@ -86,3 +86,16 @@ func (e *Env) CreateNAD(t testing.TB, namespace, name, resourceName, config stri
 	e.WaitCached(t, &nadv1.NetworkAttachmentDefinition{}, client.ObjectKeyFromObject(nad))
 	return nad
 }
+
+// FreePort returns a loopback port free at the moment of the call, for a
+// server that cannot be handed a listener (controller-runtime's webhook
+// server takes only a port). Another process may take it before the server
+// binds it; servers kvnet's framework starts get their listener instead.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}

@@ -20,7 +20,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -328,7 +327,7 @@ func startKvnet(t *testing.T, name string, restCfg *rest.Config, certDir string)
 		stop := cpuProfile(t, f)
 		defer stop()
 	}
-	port, probe := freePort(t), freePort(t)
+	port, probe := framework.FreePort(t), framework.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	start, cpu0 := time.Now(), processCPU(t)
 	mgr, err := app.NewManager(ctx, rc, app.ServeOptions{
@@ -472,16 +471,6 @@ func liveHeap() int64 {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // cpuProfile profiles this process (the loaded kvnet's start-up, with
 // KVNET_SCALE_CPUPROFILE) into file until the returned func is called.
