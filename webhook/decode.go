@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -33,7 +32,7 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Req
 	}
 	// json.Unmarshal takes null for an empty object; the patch for it
 	// would then not apply to the request's object.
-	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+	if !apijson.IsObject(raw) {
 		return nil, nil, fmt.Errorf("the request's object is not a JSON object")
 	}
 	switch kind {

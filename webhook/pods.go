@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -13,6 +12,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kvnet/kvnet/apijson"
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
@@ -136,7 +136,7 @@ func decodePodView(raw []byte, view any) (*corev1.Pod, podPresence, error) {
 		return nil, podPresence{}, fmt.Errorf("the request carries no pod")
 	}
 	// json.Unmarshal takes null for an empty pod; a patch for it would not apply.
-	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+	if !apijson.IsObject(raw) {
 		return nil, podPresence{}, fmt.Errorf("the request's pod is not a JSON object")
 	}
 	v, _, err := decodeView[podView](raw, false, view)
