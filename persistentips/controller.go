@@ -43,6 +43,7 @@ const (
 	waitForLauncher     = 30 * time.Second
 	eventReasonClaim    = "IPAMClaimCreated"
 	eventReasonConflict = "IPAMClaimConflict"
+	eventReasonReplaced = "IPAMClaimRecreated"
 )
 
 // Reconciler keeps the IPAMClaims of one VM (or standalone VMI), keyed by
@@ -356,6 +357,9 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 		return 0, fmt.Errorf("reading IPAMClaim %s/%s: %w", w.Claim.Namespace, w.Claim.Name, err)
 	}
 	if o.Owns(&cur) {
+		if cur.Spec.Network != w.Claim.Spec.Network || cur.Spec.Interface != w.Claim.Spec.Interface {
+			return r.replace(ctx, ownerObj, w, &cur)
+		}
 		if cur.DeletionTimestamp != nil {
 			// Someone deleted a claim its VM still uses; the finalizer keeps it
 			// (and the IP) until the VM goes.
@@ -386,6 +390,50 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 		return waitForGC, nil
 	}
 	return 0, r.conflict(ctx, ownerObj, o, w, &cur)
+}
+
+// replace deletes an own claim that no longer matches the network it is
+// for, so that the next reconcile creates it again for the network the VM
+// now attaches. That happens when a running VM's network is pointed at a NAD
+// of another network (KubeVirt's LiveUpdateNADRef) or when the NAD's config
+// changes its "name". The claim's IP is an address on the old network: the
+// IPAM plugin ignores a claim whose spec.network is not the pod's network
+// (OVN-Kubernetes does), and spec.network cannot carry the address over to
+// another network, so kvnet does not edit the claim in place. The VM gets a
+// new persistent IP on the new network; the event says which it lost.
+func (r *Reconciler) replace(ctx context.Context, ownerObj client.Object, w WantedClaim, cur *ipamv1alpha1.IPAMClaim) (time.Duration, error) {
+	log := logf.FromContext(ctx).WithValues("claim", cur.Name, "network", w.Network)
+	if cur.DeletionTimestamp == nil {
+		// Delete first, finalizer second: once the finalizer is gone the
+		// API server removes the claim at once, and a reconcile that comes
+		// in between sees a claim being deleted, not a stale live one.
+		uid, rv := cur.UID, cur.ResourceVersion
+		if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return time.Second, nil
+			}
+			return 0, fmt.Errorf("deleting IPAMClaim %s/%s of network %q to recreate it for network %q: %w", cur.Namespace, cur.Name, cur.Spec.Network, w.Claim.Spec.Network, err)
+		}
+		log.Info("deleted IPAMClaim whose network changed; it is created again for the new network",
+			"old spec.network", cur.Spec.Network, "new spec.network", w.Claim.Spec.Network, "released IPs", cur.Status.IPs)
+		r.event(ownerObj, cur, corev1.EventTypeWarning, eventReasonReplaced, "Recreate",
+			"network %s now attaches network %q (NetworkAttachmentDefinition %s) instead of %q: IPAMClaim %s is created again for it, so the IPs %v on %q are released and the VM gets a new persistent IP",
+			w.Network, w.Claim.Spec.Network, w.NAD.Ref(), cur.Spec.Network, cur.Name, cur.Status.IPs, cur.Spec.Network)
+	}
+	if controllerutil.ContainsFinalizer(cur, Finalizer) {
+		var fresh ipamv1alpha1.IPAMClaim
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(cur), &fresh); err != nil {
+			if apierrors.IsNotFound(err) {
+				return time.Second, nil
+			}
+			return 0, fmt.Errorf("reading IPAMClaim %s/%s: %w", cur.Namespace, cur.Name, err)
+		}
+		if err := r.release(ctx, &fresh, ReasonNetworkChanged); err != nil {
+			return 0, err
+		}
+	}
+	// The claim's deletion event brings the owner back; this is a safety net.
+	return time.Second, nil
 }
 
 // conflict reports a claim kvnet wanted but another object controls: an

@@ -11,6 +11,9 @@ import (
 const (
 	ReasonVMDeleted = "vm-deleted"
 	ReasonVMIGone   = "vmi-gone"
+	// ReasonNetworkChanged: the VM network now attaches another network
+	// (a NAD of another name), so its claim is deleted and created again.
+	ReasonNetworkChanged = "network-changed"
 )
 
 var (
@@ -20,7 +23,7 @@ var (
 	})
 	claimsReleased = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvnet_persistentips_claims_released_total",
-		Help: "IPAMClaims whose kvnet finalizer was removed, by reason (vm-deleted, vmi-gone).",
+		Help: "IPAMClaims whose kvnet finalizer was removed, by reason (vm-deleted, vmi-gone, network-changed).",
 	}, []string{"reason"})
 	claimsLeaked = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kvnet_persistentips_claims_leaked",
@@ -41,6 +44,7 @@ func init() {
 	// increase a rate() sees.
 	claimsReleased.WithLabelValues(ReasonVMDeleted)
 	claimsReleased.WithLabelValues(ReasonVMIGone)
+	claimsReleased.WithLabelValues(ReasonNetworkChanged)
 	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts)
 }
 

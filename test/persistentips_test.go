@@ -643,3 +643,87 @@ func TestPersistentIPsNADAllowsLater(t *testing.T) {
 	}
 	piWaitClaim(t, ns, "late.data", "VirtualMachine", "late", vm.UID, "tenant-net", "data")
 }
+
+// KubeVirt v1.9.0's LiveUpdateNADRef lets a running VM's network point at
+// another NAD. A NAD of the same network ("name" in its config) keeps the
+// claim and its IP; a NAD of another network gets the claim created again
+// for that network (OVN-Kubernetes ignores a claim whose spec.network is not
+// the pod's network), with a Warning event that names the released IPs.
+func TestPersistentIPsNADRefChanged(t *testing.T) {
+	ctx := context.Background()
+	ns := env.NewNamespace(t, nil)
+	piPersistentNAD(t, ns, "blue-a", "blue-net")
+	piPersistentNAD(t, ns, "blue-b", "blue-net")
+	piPersistentNAD(t, ns, "red", "red-net")
+	vm := piVmWithNetworks(ns, "mover", [2]string{"data", "blue-a"})
+	piCreateVM(t, vm)
+	first := piWaitClaim(t, ns, "mover.data", "VirtualMachine", "mover", vm.UID, "blue-net", "data")
+	// The IPAM plugin's allocation, which the event must name.
+	base := first.DeepCopy()
+	first.Status.IPs = []string{"10.100.0.7/24"}
+	if err := env.Client.Status().Patch(ctx, first, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+
+	repoint := func(nad string) {
+		t.Helper()
+		var cur kubevirtv1.VirtualMachine
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), &cur); err != nil {
+			t.Fatal(err)
+		}
+		base := cur.DeepCopy()
+		for i := range cur.Spec.Template.Spec.Networks {
+			if n := &cur.Spec.Template.Spec.Networks[i]; n.Name == "data" {
+				n.Multus.NetworkName = nad
+			}
+		}
+		if err := env.Client.Patch(ctx, &cur, client.MergeFrom(base)); err != nil {
+			t.Fatalf("pointing network data at %s: %v", nad, err)
+		}
+	}
+
+	// Same network, another NAD: the claim stays. Changing the VM triggers a
+	// reconcile; pointing at red afterwards proves it ran past this state.
+	repoint("blue-b")
+	piEventually(t, "claim kept for a NAD on the same network", func() error {
+		c, err := piGetClaim(ns, "mover.data")
+		if err != nil {
+			return err
+		}
+		if c.UID != first.UID || c.DeletionTimestamp != nil {
+			return fmt.Errorf("the claim of a NAD on the same network was replaced (uid %s, was %s)", c.UID, first.UID)
+		}
+		return nil
+	})
+
+	repoint("red")
+	var second *ipamv1alpha1.IPAMClaim
+	piEventually(t, "claim recreated for red-net", func() error {
+		c, err := piGetClaim(ns, "mover.data")
+		if err != nil {
+			return err
+		}
+		if c.UID == first.UID || c.Spec.Network != "red-net" {
+			return fmt.Errorf("claim uid %s spec.network %q, want a new claim for red-net", c.UID, c.Spec.Network)
+		}
+		second = c
+		return nil
+	})
+	piWaitClaim(t, ns, "mover.data", "VirtualMachine", "mover", vm.UID, "red-net", "data")
+	if len(second.Status.IPs) != 0 {
+		t.Errorf("new claim carries IPs %v of the old network", second.Status.IPs)
+	}
+	piEventually(t, "IPAMClaimRecreated event", func() error {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "IPAMClaimRecreated" && e.Regarding.Name == "mover" && e.Type == corev1.EventTypeWarning &&
+				strings.Contains(e.Note, `"red-net"`) && strings.Contains(e.Note, "10.100.0.7/24") && strings.Contains(e.Note, `"blue-net"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no IPAMClaimRecreated event naming both networks and the released IP among %d events", len(evs.Items))
+	})
+}
