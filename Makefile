@@ -116,7 +116,9 @@ test: lint control-plane helm kubevirt
 	$(GO) test -count=1 -timeout 30m ./...
 	@# Every benchmark, as a smoke run: each must still run and pass its checks
 	@# (test/ holds the integration suites, which start an API server and have none).
-	$(GO) test -run '^$$' -bench . -benchtime 20x -benchmem $$($(GO) list ./... | grep -v /test)
+	$(GO) test -run '^$$' -bench . -skip BenchmarkLineRate -benchtime 20x -benchmem $$($(GO) list ./... | grep -v /test)
+	@# The proxy line-rate table once, on small runs: each path must still carry its bytes.
+	KVNET_LINERATE_MIB=64 $(GO) test -run '^$$' -bench BenchmarkLineRate -benchtime 1x ./proxy/
 	$(MAKE) race
 
 # The race detector over every unit test, and over the integration tests
@@ -143,7 +145,14 @@ scale: control-plane
 		$(GO) test -count=1 -timeout 60m -v -run '^TestScale$$' ./test/scale/
 
 # The migration proxy chain against a direct loopback baseline (ratios).
+# The proxy's line-rate table (docs/migration-proxy.md, "Line rate"): kvnet's
+# two proxies in both hop modes beside a plain Go splice relay and HAProxy
+# (when installed), each party its own process, over loopback and over veths
+# between network namespaces (needs root); then the in-process chain and its
+# added latency.
+BENCH_PROXY_ROUNDS ?= 3
 bench-proxy:
+	$(GO) test -run '^$$' -bench 'BenchmarkLineRate' -benchtime $(BENCH_PROXY_ROUNDS)x ./proxy/
 	$(GO) test -run '^$$' -bench 'BenchmarkChain' -benchtime 2x -benchmem ./proxy/
 
 FUZZTIME ?= 30s

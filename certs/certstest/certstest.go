@@ -22,6 +22,9 @@ type PKI struct {
 	Cert tls.Certificate
 	// Pool trusts CA only: RootCAs or ClientCAs of the other side.
 	Pool *x509.CertPool
+	// CertPEM and KeyPEM are the leaf and its key as files hold them, for
+	// a peer in another process.
+	CertPEM, KeyPEM []byte
 }
 
 // New issues a CA named "<name>-ca" (valid for a day) and a leaf for the
@@ -43,5 +46,5 @@ func New(t testing.TB, name string) *PKI {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	return &PKI{CA: ca, Cert: cert, Pool: pool}
+	return &PKI{CA: ca, Cert: cert, Pool: pool, CertPEM: kp.CertPEM, KeyPEM: kp.KeyPEM}
 }
