@@ -7,6 +7,7 @@ export KUBEBUILDER_ASSETS ?= $(ASSETS)
 GO ?= go
 
 .PHONY: all build demo demo-down demo-offline test race unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
+.PHONY: prometheus
 
 # The version comes from the chart's appVersion, so the binary's `kvnet
 # version`, the image tag and the chart's default image are one number.
@@ -86,6 +87,14 @@ HELM_VERSION ?= v3.22.0
 helm:
 	@HELM_VERSION=$(HELM_VERSION) hack/helm.sh >/dev/null
 
+# Builds prometheus and promtool (the monitoring tests run them) from
+# Prometheus' Go module into bin/tools/prometheus-<version>/ once; skipped
+# when present. The tests find them through KVNET_PROMETHEUS_DIR.
+PROMETHEUS_VERSION ?= v3.16.0
+export KVNET_PROMETHEUS_DIR ?= $(CURDIR)/bin/tools/prometheus-$(PROMETHEUS_VERSION)
+prometheus:
+	@PROMETHEUS_VERSION=$(PROMETHEUS_VERSION) hack/prometheus.sh >/dev/null
+
 # Lints and renders charts/kvnet with its default values (the full matrix,
 # applied to a real API server, runs in test/chart as part of `make test`).
 helm-lint: helm
@@ -107,12 +116,12 @@ lint: $(STATICCHECK)
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test)
 
-integration: control-plane helm kubevirt
+integration: control-plane helm kubevirt prometheus
 	$(GO) test -count=1 -timeout 20m ./test/...
 
 # Every test: lint, unit, integration on a real API server, fuzz seeds, a
 # benchmark smoke run.
-test: lint control-plane helm kubevirt
+test: lint control-plane helm kubevirt prometheus
 	$(GO) test -count=1 -timeout 30m ./...
 	@# Every benchmark, as a smoke run: each must still run and pass its checks
 	@# (test/ holds the integration suites, which start an API server and have none).

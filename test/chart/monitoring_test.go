@@ -85,9 +85,9 @@ func renderedRules(t *testing.T, values string) ([]byte, ruleGroups) {
 
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
+	p, err := framework.PrometheusTool("promtool")
 	if err != nil {
-		t.Fatal("promtool not found: install Debian's prometheus package (.ci/run does: apt-get install -y prometheus)")
+		t.Fatal(err)
 	}
 	return p
 }

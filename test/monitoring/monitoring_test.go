@@ -1,7 +1,7 @@
 // Package monitoring tests kvnet's alerts and dashboard against the real
 // thing: kvnet on a real API server (test/framework) serving /metrics on
 // loopback, its config loaded from a watched file as `kvnet webhook` does,
-// and a real Prometheus (Debian's prometheus package) scraping it and
+// and a real Prometheus (built by hack/prometheus.sh) scraping it and
 // evaluating the chart's rules.
 package monitoring
 
@@ -187,9 +187,9 @@ func chartRules(t *testing.T, values string) []byte {
 // when the test ends.
 func prometheus(t *testing.T, rules []byte) string {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
+	bin, err := framework.PrometheusTool("prometheus")
 	if err != nil {
-		t.Fatal("prometheus not found: install Debian's prometheus package (.ci/run does: apt-get install -y prometheus)")
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o600); err != nil {
