@@ -24,7 +24,8 @@ COPY --from=build --chmod=0755 /out/kvnet /kvnet
 LABEL org.opencontainers.image.title=kvnet \
       org.opencontainers.image.version=$VERSION \
       org.opencontainers.image.revision=$COMMIT \
-      org.opencontainers.image.source=https://github.com/kvnet/kvnet
+      org.opencontainers.image.source=https://github.com/kvnet/kvnet \
+      org.opencontainers.image.licenses=Apache-2.0
 USER 65532:65532
 WORKDIR /
 ENTRYPOINT ["/kvnet"]

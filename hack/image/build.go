@@ -35,6 +35,8 @@ const (
 	// User is distroless' nonroot UID:GID: not root, and numeric so the
 	// kubelet's runAsNonRoot check can verify it without /etc/passwd.
 	User = "65532:65532"
+	// License is the SPDX identifier of kvnet's license (LICENSE).
+	License = "Apache-2.0"
 )
 
 // Spec is one image build: the binaries per platform and the labels.
@@ -133,6 +135,7 @@ func platformImage(base v1.Layer, binary string, plat v1.Platform, s Spec) (v1.I
 			"org.opencontainers.image.version":  s.Version,
 			"org.opencontainers.image.revision": s.Commit,
 			"org.opencontainers.image.source":   "https://github.com/kvnet/kvnet",
+			"org.opencontainers.image.licenses": License,
 		},
 	}
 	return mutate.ConfigFile(img, cf)

@@ -116,6 +116,7 @@ func TestDockerfileMatchesBuild(t *testing.T) {
 		"org.opencontainers.image.revision=$COMMIT",
 		"org.opencontainers.image.title=kvnet",
 		"org.opencontainers.image.source=https://github.com/kvnet/kvnet",
+		"org.opencontainers.image.licenses=" + License,
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("Dockerfile's final stage lacks %q:\n%s", want, joined)

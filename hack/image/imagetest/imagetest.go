@@ -69,8 +69,8 @@ func Images(t testing.TB, idx v1.ImageIndex) map[string]v1.Image {
 }
 
 // Config checks what every kvnet image's config says: its own platform,
-// the one entrypoint /kvnet, a non-root user, and version as the OCI
-// version label. It returns the config for the caller's further checks.
+// the one entrypoint /kvnet, a non-root user, version as the OCI version
+// label and Apache-2.0 (LICENSE) as its licenses label. It returns the config for the caller's further checks.
 func Config(t testing.TB, platform string, img v1.Image, version string) *v1.ConfigFile {
 	t.Helper()
 	cf, err := img.ConfigFile()
@@ -88,6 +88,9 @@ func Config(t testing.TB, platform string, img v1.Image, version string) *v1.Con
 	}
 	if got := cf.Config.Labels["org.opencontainers.image.version"]; got != version {
 		t.Errorf("%s: version label %q, want %q", platform, got, version)
+	}
+	if got := cf.Config.Labels["org.opencontainers.image.licenses"]; got != "Apache-2.0" {
+		t.Errorf("%s: licenses label %q, want Apache-2.0 (the SPDX identifier of LICENSE)", platform, got)
 	}
 	return cf
 }
