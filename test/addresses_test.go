@@ -3,11 +3,13 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -152,48 +154,45 @@ spec:
 	}
 }
 
-// On a NAD that allows persistent IPs the claim is implicit: fixed ips win,
-// the API server relays kvnet's warning saying so, and the OVN-K subnet
-// from the NAD's "subnets" bounds the IP.
-func TestAddressRequestsWinOverImplicitClaim(t *testing.T) {
+// Fixed ips on an OVN-Kubernetes secondary network that assigns addresses
+// itself (layer2 with "subnets") are refused through the real API server:
+// a 422 with one cause, on the annotation that asked, saying what OVN-K
+// would do and what to use instead. A layer2 NAD without subnets takes
+// them, with no warning about claims.
+func TestAddressRequestsRefusedOnOVNKubernetesIPAM(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "tenant", "", fmt.Sprintf(piPersistentConfig, "tenant-net", ns+"/tenant"))
+	env.CreateNAD(t, ns, "static-l2", "", `{"cniVersion":"1.0.0","name":"static-l2","type":"ovn-k8s-cni-overlay","topology":"layer2","netAttachDefName":"`+ns+`/static-l2"}`)
+	vm := func(name, nad string) string {
+		return `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: ` + name + `
+  annotations:
+    kvnet.io/networks: '[{"name":"tenant","nad":"` + nad + `","ips":["10.100.0.7/24"]}]'
+spec:
+  runStrategy: Halted
+  template:
+    spec:
+      domain:
+        devices: {}
+        resources: {requests: {memory: 1Gi}}
+`
+	}
+	_, err := createVM(t, env.Client, ns, vm("pinned", "tenant"))
+	hasCause(t, err, "metadata.annotations[kvnet.io/networks]", `cannot allocate a static IP request with IPAM`)
+	hasCause(t, err, "metadata.annotations[kvnet.io/networks]", "the NAD allows persistent IPs, so kvnet's IPAMClaim keeps the address")
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code != 422 || len(status.Status().Details.Causes) != 1 {
+		t.Fatalf("want a 422 with one cause, got %v", err)
+	}
+
 	c, warnings := warningClient(t)
-	_, err := createVM(t, c, ns, `
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata:
-  name: pinned
-  annotations:
-    kvnet.io/networks: '[{"name":"tenant","nad":"tenant","ips":["10.100.0.7/24"]}]'
-spec:
-  runStrategy: Halted
-  template:
-    spec:
-      domain:
-        devices: {}
-        resources: {requests: {memory: 1Gi}}
-`)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := createVM(t, c, ns, vm("static", "static-l2")); err != nil {
+		t.Fatalf("layer2 NAD without subnets: %v", err)
 	}
-	if w := strings.Join(warnings.all(), "\n"); !strings.Contains(w, "network tenant: the fixed ips take the place of its IPAMClaim") {
-		t.Errorf("warnings %q lack the fixed-ips-win warning", w)
+	if w := strings.Join(warnings.all(), "\n"); strings.Contains(w, "IPAMClaim") {
+		t.Errorf("warnings %q speak of a claim on a network without IPAM", w)
 	}
-	_, err = createVM(t, env.Client, ns, `
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata:
-  name: astray
-  annotations:
-    kvnet.io/networks: '[{"name":"tenant","nad":"tenant","ips":["10.200.0.7/24"]}]'
-spec:
-  runStrategy: Halted
-  template:
-    spec:
-      domain:
-        devices: {}
-        resources: {requests: {memory: 1Gi}}
-`)
-	hasCause(t, err, "metadata.annotations[kvnet.io/networks]", "outside the subnets of NetworkAttachmentDefinition "+ns+"/tenant (10.100.0.0/24)")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/netattach"
 )
 
 // Addresses checks per-network address requests, from the kvnet.io/networks
@@ -25,12 +26,17 @@ import (
 // kvnet.io/networks (kvnet writes kube-ovn's own annotations), and
 // logicalSwitch only there.
 //
+// Fixed ips on an OVN-Kubernetes secondary network that assigns addresses
+// itself (layer3, or layer2/localnet with "subnets") are refused: OVN-K's
+// cluster manager fails such a pod at CNI ADD ("cannot allocate a static IP
+// request with IPAM"), so the VM would be admitted and never start. The
+// cause names the field that asked and says what to use instead.
+//
 // Fixed ips and an IPAMClaim on one network: asked for together in
 // kvnet.io/networks ("persistentIPs": true), the request is refused (config
-// validation). On a NAD that allows persistent IPs, where the claim is
-// implicit, the fixed ips win with a warning: the address is already fixed
-// by the VM's own spec, so it survives restarts and migrations without the
-// claim, and Multus refuses an element carrying both.
+// validation). On any other NAD that allows persistent IPs, where the claim
+// is implicit, the fixed ips win with a warning: the address is already
+// fixed by the VM's own spec, and Multus refuses an element carrying both.
 type Addresses struct{}
 
 // Name implements chain.Validator.
@@ -90,6 +96,7 @@ func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.Erro
 			macs[strings.ToLower(iface.MacAddress)] = iface.Name
 		}
 	}
+	refused := map[string]bool{} // networks already refused for OVN-K IPAM, one cause each
 	for _, a := range asks {
 		_, net := req.Network(a.network)
 		if net == nil || net.Multus == nil {
@@ -129,6 +136,13 @@ func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.Erro
 			// pin both attachments to one address.
 			errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf("network %s: kvnet sets kube-ovn addresses only for a NetworkAttachmentDefinition attached once; %s is attached more than once", a.network, info.Ref())))
 		}
+		if len(a.r.IPs) > 0 && ovnKubernetesAssigns(info) {
+			if !refused[a.network] {
+				refused[a.network] = true
+				errs = append(errs, field.Invalid(a.path, a.network, ovnKubernetesStaticIPs(a.network, info)))
+			}
+			continue
+		}
 		if len(info.Subnets) > 0 {
 			for _, ip := range a.r.Prefixes() {
 				if !inAny(ip.Addr(), info.Subnets, ip.Addr().Is4()) {
@@ -141,6 +155,45 @@ func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.Erro
 		}
 	}
 	return errs, nil
+}
+
+// ovnKubernetesAssigns reports whether info is an OVN-Kubernetes secondary
+// network with IPAM, the case where OVN-K refuses a static IP request.
+// OVN-K's rule (util.DoesNetworkRequireIPAM): every network has IPAM but a
+// layer2 or localnet one without subnets. Its cluster manager allocates
+// secondary-network pods with reallocation off, so a requested IP there is
+// a static request, and allocatePodAnnotationWithRollback fails it when the
+// network has IPAM. Primary networks have a path of their own
+// (validators.PrimaryUDN); a config without a known topology is left to
+// OVN-K, which refuses the NAD itself.
+func ovnKubernetesAssigns(info *netattach.Info) bool {
+	if info.CNIType != netattach.CNITypeOVNKubernetes || info.Role == netattach.RolePrimary {
+		return false
+	}
+	switch info.Topology {
+	case "layer3":
+		return true
+	case "layer2", "localnet":
+		return len(info.Subnets) > 0
+	}
+	return false
+}
+
+// ovnKubernetesStaticIPs says why fixed ips on network are refused, what
+// OVN-Kubernetes would do, and what works instead.
+func ovnKubernetesStaticIPs(network string, info *netattach.Info) string {
+	how := "topology layer3"
+	if info.Topology != "layer3" {
+		how = fmt.Sprintf("topology %s with subnets %s", info.Topology, prefixList(info.Subnets))
+	}
+	instead := "set \"allowPersistentIPs\": true on the NAD and drop ips: kvnet's IPAMClaim then keeps the address OVN-Kubernetes assigns across restarts and migrations"
+	if info.AllowPersistentIPs {
+		instead = "drop ips: the NAD allows persistent IPs, so kvnet's IPAMClaim keeps the address OVN-Kubernetes assigns across restarts and migrations"
+	}
+	return fmt.Sprintf("network %s asks for fixed ips, but NetworkAttachmentDefinition %s is an OVN-Kubernetes secondary network that assigns addresses itself (%s): "+
+		"OVN-Kubernetes fails the virt-launcher pod at CNI ADD with \"cannot allocate a static IP request with IPAM\", so the VM would never start. "+
+		"Either %s, or attach a NAD without subnets (layer2 or localnet), where OVN-Kubernetes takes the addresses you give",
+		network, info.Ref(), how, instead)
 }
 
 func inAny(a netip.Addr, subnets []netip.Prefix, v4 bool) bool {
