@@ -140,6 +140,20 @@ type PrimaryUDN struct {
 	// selection element names. kvnet writes the element only while the
 	// NAD exists: Multus fails a pod whose element names a missing NAD.
 	DefaultNetworkNAD string `json:"defaultNetworkNAD,omitempty"`
+	// LegacyClaimAnnotation writes k8s.ovn.org/primary-udn-ipamclaim on
+	// launcher pods (default true). OVN-Kubernetes releases before the
+	// claim reference in the default-network element read only it, and it
+	// alone carries the claim while DefaultNetworkNAD does not exist.
+	// OVN-Kubernetes plans to deprecate it (OKEP-5233: a warning first,
+	// then pods carrying it fail); turn it off once the installed release
+	// reads the element and the NAD exists.
+	LegacyClaimAnnotation *bool `json:"legacyClaimAnnotation,omitempty"`
+}
+
+// WriteLegacyClaimAnnotation reports whether kvnet writes
+// k8s.ovn.org/primary-udn-ipamclaim on primary-UDN launcher pods.
+func (p *PrimaryUDN) WriteLegacyClaimAnnotation() bool {
+	return p.LegacyClaimAnnotation == nil || *p.LegacyClaimAnnotation
 }
 
 // DefaultNetworkNAD is OVN-Kubernetes' default for its cluster-default-nad.

@@ -113,6 +113,11 @@ func TestParseDefaults(t *testing.T) {
 			if c.PrimaryUDNEnabled() || c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD != DefaultNetworkNAD {
 				t.Errorf("primaryUDN defaults: %+v, want off and %s", c.PersistentIPs.PrimaryUDN, DefaultNetworkNAD)
 			}
+			// The legacy claim annotation is written unless turned off:
+			// OVN-Kubernetes still needs it where the element cannot go.
+			if !c.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation() {
+				t.Errorf("primaryUDN.legacyClaimAnnotation defaults to off")
+			}
 		})
 	}
 	c, err := Parse([]byte(`
@@ -148,6 +153,19 @@ kubeOVN: {legacyLiveMigration: true}
 		if err != nil || c.PrimaryUDNEnabled() != want {
 			t.Errorf("%q: PrimaryUDNEnabled() = %v (%v), want %v", in, c != nil && c.PrimaryUDNEnabled(), err, want)
 		}
+	}
+	for in, want := range map[string]bool{
+		"persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: false}}\n": false,
+		"persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: true}}\n":  true,
+		"persistentIPs: {primaryUDN: {enabled: true}}\n":                               true,
+	} {
+		c, err := Parse([]byte(in), "")
+		if err != nil || c.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation() != want {
+			t.Errorf("%q: WriteLegacyClaimAnnotation() = %v (%v), want %v", in, c != nil && c.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation(), err, want)
+		}
+	}
+	if _, err := Parse([]byte("persistentIPs: {primaryUDN: {legacyClaimAnnotation: \"no\"}}\n"), ""); err == nil || !strings.Contains(err.Error(), "legacyClaimAnnotation") {
+		t.Errorf("a non-boolean legacyClaimAnnotation gave %v, want an error naming the field", err)
 	}
 	c, err = Parse([]byte("persistentIPs: {primaryUDN: {enabled: true, defaultNetworkNAD: openshift-ovn-kubernetes/default}}\n"), "")
 	if err != nil || c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD != "openshift-ovn-kubernetes/default" {

@@ -43,7 +43,8 @@ const (
 // The pod network is not in k8s.v1.cni.cncf.io/networks, so its claim goes
 // into the launcher pod's v1.multus-cni.io/default-network element, with the
 // MAC of the VM's pod interface and the IPs of network.kubevirt.io/addresses,
-// and, for older OVN-Kubernetes, into k8s.ovn.org/primary-udn-ipamclaim.
+// and, for older OVN-Kubernetes, into k8s.ovn.org/primary-udn-ipamclaim
+// (unless persistentIPs.primaryUDN.legacyClaimAnnotation is false).
 //
 // The element names the cluster default network's NAD (config
 // defaultNetworkNAD), and Multus fails a pod whose element names a NAD that
@@ -140,6 +141,10 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 			return err
 		}
 		if nad == nil {
+			if !req.Config.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation() {
+				req.Warn("the pod network's IP of %s is not kept: NetworkAttachmentDefinition %s/%s, which %s must name, does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled), and persistentIPs.primaryUDN.legacyClaimAnnotation is off, so nothing carries IPAMClaim %s", vmi.Name, want.Namespace, want.NAD, DefaultNetworkAnnotation, claim)
+				return nil
+			}
 			if want.MAC != "" || len(want.IPs) > 0 {
 				req.Warn("the MAC and IPs asked for on %s's pod network are not applied: NetworkAttachmentDefinition %s/%s, which %s must name, does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled); the IP is kept through %s", vmi.Name, want.Namespace, want.NAD, DefaultNetworkAnnotation, LegacyPrimaryUDNClaimAnnotation)
 			}
@@ -159,12 +164,15 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 	return nil
 }
 
-// legacy sets k8s.ovn.org/primary-udn-ipamclaim, refusing the pod when it
-// already names another claim (OVN-Kubernetes releases that read only it
-// would bind the IP to that claim).
+// legacy sets k8s.ovn.org/primary-udn-ipamclaim unless the config turns it
+// off (persistentIPs.primaryUDN.legacyClaimAnnotation: OVN-Kubernetes plans
+// to deprecate it), and refuses the pod when it already names another claim
+// either way (OVN-Kubernetes releases that read only it would bind the IP
+// to that claim, and current ones fall back to it).
 func (PrimaryUDN) legacy(req *chain.PodRequest, claim string) error {
 	cur, ok := req.Pod.Annotations[LegacyPrimaryUDNClaimAnnotation]
 	switch {
+	case !ok && !req.Config.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation():
 	case !ok:
 		req.Pod.Annotations[LegacyPrimaryUDNClaimAnnotation] = claim
 	case cur == claim, unchangedOnUpdate(req, LegacyPrimaryUDNClaimAnnotation):

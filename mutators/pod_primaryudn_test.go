@@ -127,6 +127,26 @@ func TestPrimaryUDN(t *testing.T) {
 			facts: udnSnapshot(udnPrimary, false),
 			want:  map[string]string{LegacyPrimaryUDNClaimAnnotation: "web.pn"}, warning: "does not exist",
 		},
+		// persistentIPs.primaryUDN.legacyClaimAnnotation: false, for an
+		// OVN-Kubernetes that reads the element (OKEP-5233 deprecates the annotation).
+		"legacy annotation off: element only": {
+			cfg:  udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: false}}"),
+			want: map[string]string{DefaultNetworkAnnotation: full},
+		},
+		"legacy annotation off, no default-network NAD: nothing written, warned": {
+			cfg:   udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: false}}"),
+			facts: udnSnapshot(udnPrimary, false),
+			want:  map[string]string{}, warning: "legacyClaimAnnotation is off, so nothing carries IPAMClaim web.pn",
+		},
+		"legacy annotation off, another claim in it: still refused": {
+			cfg:     udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: false}}"),
+			pod:     map[string]string{LegacyPrimaryUDNClaimAnnotation: "someone-else"},
+			refused: `k8s.ovn.org/primary-udn-ipamclaim="someone-else"`,
+		},
+		"legacy annotation explicitly on": {
+			cfg:  udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: true}}"),
+			want: map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"},
+		},
 		"another default-network NAD configured": {
 			cfg:   udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, defaultNetworkNAD: ovn-kubernetes/default}}"),
 			facts: udnSnapshot(udnPrimary, true),

@@ -266,3 +266,37 @@ func piWaitClaimFor(t *testing.T, ns, name string, vm *kubevirtv1.VirtualMachine
 	}
 	return c
 }
+
+// With persistentIPs.primaryUDN.legacyClaimAnnotation: false (for an
+// OVN-Kubernetes that has dropped k8s.ovn.org/primary-udn-ipamclaim, as
+// OKEP-5233 plans), the stored launcher pod carries the claim in the
+// default-network element only; TestPrimaryUDNClaimAndLauncherPod shows the
+// default, which writes both.
+func TestPrimaryUDNLegacyAnnotationOff(t *testing.T) {
+	ctx := context.Background()
+	restore, err := env.SetConfig(testConfig + "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: false}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restore()
+	udnDefaultNAD(t)
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "udn", "", fmt.Sprintf(udnPrimaryConfig, ns))
+	vm := udnVM(ns, "web")
+	piCreateVM(t, vm)
+	claim := persistentips.ClaimName("web", "default")
+	piWaitClaimFor(t, ns, claim, vm)
+	vmi := udnStartVMI(t, vm)
+	pod := udnLauncher(vmi, nil)
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatalf("creating the launcher pod: %v", err)
+	}
+	got := piStoredPod(t, pod)
+	want := `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.210.0.7/16"],"mac":"` + udnMAC + `","ipam-claim-reference":"` + claim + `"}]`
+	if v := got.Annotations[mutators.DefaultNetworkAnnotation]; v != want {
+		t.Errorf("stored %s\n got %s\nwant %s", mutators.DefaultNetworkAnnotation, v, want)
+	}
+	if v, ok := got.Annotations[mutators.LegacyPrimaryUDNClaimAnnotation]; ok {
+		t.Errorf("stored pod carries %s=%q with the switch off", mutators.LegacyPrimaryUDNClaimAnnotation, v)
+	}
+}
