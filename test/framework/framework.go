@@ -161,7 +161,7 @@ func Start(o Options) (*Env, error) {
 		return nil, err
 	}
 	if o.KubeVirt != nil {
-		if err := frontProxy(te, filepath.Join(dir, "front-proxy")); err != nil {
+		if err := FrontProxy(te, filepath.Join(dir, "front-proxy")); err != nil {
 			return nil, err
 		}
 	}
@@ -223,7 +223,7 @@ func Start(o Options) (*Env, error) {
 		return nil, err
 	}
 	if o.KubeVirt != nil {
-		if e.KubeVirt, err = startKubeVirt(ctx, e, filepath.Join(dir, "kubevirt"), *o.KubeVirt); err != nil {
+		if e.KubeVirt, err = StartKubeVirt(ctx, e.Config, e.Client, filepath.Join(dir, "kubevirt"), *o.KubeVirt); err != nil {
 			e.keepDir = true
 			e.Stop()
 			return nil, fmt.Errorf("starting KubeVirt %s (logs kept in %s): %w", KubeVirtVersion, filepath.Join(dir, "kubevirt", "logs"), err)

@@ -73,7 +73,8 @@ type KubeVirt struct {
 	// LogDir holds virt-controller.log and virt-api.log.
 	LogDir string
 
-	env        *Env
+	config     *rest.Config
+	client     client.Client
 	dir        string
 	procs      []*process
 	mutating   string
@@ -100,11 +101,12 @@ func kubeVirtBinary(name string) (string, error) {
 	return p, nil
 }
 
-// frontProxy gives kube-apiserver the request-header (front proxy) flags.
-// kube-apiserver then publishes requestheader-client-ca-file in
+// FrontProxy gives kube-apiserver the request-header (front proxy) flags,
+// writing their certificates to dir; call it before te.Start. kube-apiserver
+// then publishes requestheader-client-ca-file in
 // kube-system/extension-apiserver-authentication, without which virt-api
 // panics at start. Any CA will do: nothing here uses the front proxy.
-func frontProxy(te *envtest.Environment, dir string) error {
+func FrontProxy(te *envtest.Environment, dir string) error {
 	ca, err := newTestCert("front-proxy-ca", nil, nil, nil, nil)
 	if err != nil {
 		return err
@@ -132,10 +134,14 @@ func frontProxy(te *envtest.Environment, dir string) error {
 	return nil
 }
 
-// startKubeVirt bootstraps what virt-operator would create, then starts
-// virt-controller and virt-api and registers virt-api's webhooks. On error
-// everything it started is stopped again.
-func startKubeVirt(ctx context.Context, e *Env, dir string, o KubeVirtOptions) (_ *KubeVirt, err error) {
+// StartKubeVirt bootstraps what virt-operator would create, then starts
+// virt-controller and virt-api against the control plane cfg reaches (as
+// cluster admin, through c) and registers virt-api's webhooks. The
+// kube-apiserver must have been started with FrontProxy's flags. Start does
+// this for the test tiers; hack/demo calls it for its own control plane.
+// dir receives the certificates, kubeconfigs and logs. On error everything
+// it started is stopped again.
+func StartKubeVirt(ctx context.Context, cfg *rest.Config, c client.Client, dir string, o KubeVirtOptions) (_ *KubeVirt, err error) {
 	controllerBin, err := kubeVirtBinary("virt-controller")
 	if err != nil {
 		return nil, err
@@ -144,11 +150,11 @@ func startKubeVirt(ctx context.Context, e *Env, dir string, o KubeVirtOptions) (
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(e.Config)
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	kv := &KubeVirt{env: e, dir: dir, LogDir: filepath.Join(dir, "logs"), clientset: cs, handlers: map[string]client.Client{}}
+	kv := &KubeVirt{config: cfg, client: c, dir: dir, LogDir: filepath.Join(dir, "logs"), clientset: cs, handlers: map[string]client.Client{}}
 	defer func() {
 		if err != nil {
 			kv.Stop()
@@ -226,7 +232,7 @@ func startKubeVirt(ctx context.Context, e *Env, dir string, o KubeVirtOptions) (
 // wait for (phase Deployed; virt-api refuses every VMI without
 // defaultArchitecture).
 func (kv *KubeVirt) bootstrap(ctx context.Context, spec kubevirtv1.KubeVirtSpec) error {
-	c := kv.env.Client
+	c := kv.client
 	if err := createIfAbsent(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KubeVirtNamespace}}); err != nil {
 		return err
 	}
@@ -273,7 +279,7 @@ func (kv *KubeVirt) serviceAccountKubeconfig(ctx context.Context, sa string) (st
 		return "", err
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: kv.env.Config.Host, CertificateAuthorityData: kv.env.Config.CAData}
+	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: kv.config.Host, CertificateAuthorityData: kv.config.CAData}
 	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: sa}
 	cfg.CurrentContext = "test"
@@ -312,14 +318,14 @@ func (kv *KubeVirt) HandlerClient(ctx context.Context, node string) (client.Clie
 			Containers:         []corev1.Container{{Name: "virt-handler", Image: "quay.io/kubevirt/virt-handler:" + KubeVirtVersion}},
 		},
 	}
-	if err := kv.env.Client.Create(ctx, pod); err != nil {
+	if err := kv.client.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("creating the stand-in virt-handler pod on %s: %w", node, err)
 	}
 	token, err := kv.token(ctx, HandlerServiceAccount, &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
 	if err != nil {
 		return nil, err
 	}
-	cfg := rest.AnonymousClientConfig(kv.env.Config)
+	cfg := rest.AnonymousClientConfig(kv.config)
 	cfg.BearerToken = token
 	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
 	if err != nil {
@@ -395,11 +401,11 @@ func (kv *KubeVirt) registerWebhooks(ctx context.Context, addr string, caPEM []b
 	if err := json.Unmarshal(b, &v); err != nil {
 		return fmt.Errorf("validating.json: %w", err)
 	}
-	if err := kv.env.Client.Create(ctx, &m); err != nil {
+	if err := kv.client.Create(ctx, &m); err != nil {
 		return err
 	}
 	kv.mutating = m.Name
-	if err := kv.env.Client.Create(ctx, &v); err != nil {
+	if err := kv.client.Create(ctx, &v); err != nil {
 		return err
 	}
 	kv.validating = v.Name
@@ -419,7 +425,7 @@ func (kv *KubeVirt) registerWebhooks(ctx context.Context, addr string, caPEM []b
 		},
 	}
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		err := kv.env.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		err := kv.client.Create(ctx, probe.DeepCopy(), client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), "virtualmachine-validator.kubevirt.io"), nil
 	})
 }
@@ -431,10 +437,10 @@ func (kv *KubeVirt) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if kv.mutating != "" {
-		_ = kv.env.Client.Delete(ctx, &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: kv.mutating}})
+		_ = kv.client.Delete(ctx, &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: kv.mutating}})
 	}
 	if kv.validating != "" {
-		_ = kv.env.Client.Delete(ctx, &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: kv.validating}})
+		_ = kv.client.Delete(ctx, &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: kv.validating}})
 	}
 	for _, p := range kv.procs {
 		p.stop()
