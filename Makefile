@@ -57,9 +57,14 @@ demo-offline: build
 
 # The main job: a local kube-apiserver + etcd, kvnet running against it with
 # self-managed certificates and its webhooks registered for real, examples/
-# applied, and what kvnet changed or refused printed per VM. Exits when done;
-# `make demo KEEP=1` keeps everything running until Ctrl-C or `make demo-down`.
+# applied, and what kvnet changed or refused printed per VM; then, with
+# KubeVirt's virt-controller and virt-api (make kubevirt), a VM's launcher
+# pod and IPAMClaim, a virt-handler's migration0 address, a stop/start and
+# refusals. KubeVirt is taken only when at hand (unpacked from ../shared,
+# never built here); without it the demo says what it leaves out. Exits when
+# done; `make demo KEEP=1` keeps everything running until Ctrl-C or `make demo-down`.
 demo: build control-plane
+	@KUBEVIRT_VERSION=$(KUBEVIRT_VERSION) KUBEVIRT_NO_BUILD=1 hack/kubevirt.sh >/dev/null 2>&1 || true
 	$(GO) build -o bin/kvnet-demo ./hack/demo
 	./bin/kvnet-demo $(if $(KEEP),--keep)
 

@@ -9,6 +9,8 @@
 #   3. KUBEVIRT_SRC, a KubeVirt source tree at that tag, or else a shallow
 #      clone of the tag (only where the network reaches GitHub): built with
 #      KubeVirt's vendored modules, exactly as the shared copies were.
+#      KUBEVIRT_NO_BUILD=1 stops before this source: `make demo` uses it to
+#      take the binaries when they are at hand, never to start a build.
 # Fails with a message saying how to get them; it never skips.
 set -euo pipefail
 
@@ -41,6 +43,10 @@ if [ -f "$shared/SHA256SUMS" ] && [ -f "$shared/bin/virt-api.gz" ]; then
 fi
 
 src=${KUBEVIRT_SRC:-}
+if [ "${KUBEVIRT_NO_BUILD:-}" = 1 ]; then
+  echo "hack/kubevirt.sh: no $shared and KUBEVIRT_NO_BUILD=1: not building KubeVirt $KUBEVIRT_VERSION" >&2
+  exit 1
+fi
 if [ -z "$src" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT

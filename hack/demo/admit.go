@@ -18,7 +18,11 @@ import (
 // admitAll creates every VM of examples/, file by file, and reports what
 // kvnet did to each; it returns how many did not get the outcome they are
 // there to show.
-func admitAll(ctx context.Context, c client.Client, w *warningCollector, vms []vmDoc, out io.Writer, say sayFunc) (failures int, err error) {
+//
+// changers names the mutating webhooks the diffs show: "kvnet", or with
+// KubeVirt running "kvnet and virt-api" (virt-api's mutator defaults every VM
+// after kvnet: machine type, firmware UUID, architecture).
+func admitAll(ctx context.Context, c client.Client, w *warningCollector, vms []vmDoc, changers string, out io.Writer, say sayFunc) (failures int, err error) {
 	lastFile := ""
 	for _, vm := range vms {
 		if vm.file != lastFile {
@@ -28,11 +32,11 @@ func admitAll(ctx context.Context, c client.Client, w *warningCollector, vms []v
 		if err := ensureNamespace(ctx, c, vm.obj.GetNamespace()); err != nil {
 			return failures, err
 		}
-		ok, err := admit(ctx, c, w, vm.obj, out)
+		refusal, err := admit(ctx, c, w, vm.obj, changers, out)
 		if err != nil {
 			return failures, err
 		}
-		if ok != vm.wantValid {
+		if ok := refusal == nil; ok != vm.wantValid {
 			failures++
 			fmt.Fprintf(out, "    !! expected %s to be %s\n", key(vm.obj), map[bool]string{true: "admitted", false: "refused"}[vm.wantValid])
 		}
@@ -40,9 +44,9 @@ func admitAll(ctx context.Context, c client.Client, w *warningCollector, vms []v
 	return failures, nil
 }
 
-// admit creates one VM and reports what happened to it. It returns whether
-// the API server admitted it.
-func admit(ctx context.Context, c client.Client, w *warningCollector, obj *unstructured.Unstructured, out io.Writer) (bool, error) {
+// admit creates one VM and reports what happened to it. It returns the
+// refusal, nil when the API server admitted the VM.
+func admit(ctx context.Context, c client.Client, w *warningCollector, obj *unstructured.Unstructured, changers string, out io.Writer) (*metav1.Status, error) {
 	before := obj.DeepCopy()
 	w.reset()
 	err := c.Create(ctx, obj)
@@ -69,25 +73,26 @@ func admit(ctx context.Context, c client.Client, w *warningCollector, obj *unstr
 			}
 		}
 		printWarnings(out, w.list())
-		return false, nil
+		st := status.Status()
+		return &st, nil
 	default:
-		return false, fmt.Errorf("creating %s: %w", key(before), err)
+		return nil, fmt.Errorf("creating %s: %w", key(before), err)
 	}
 	var stored unstructured.Unstructured
 	stored.SetGroupVersionKind(before.GroupVersionKind())
 	if err := c.Get(ctx, client.ObjectKeyFromObject(before), &stored); err != nil {
-		return true, err
+		return nil, err
 	}
 	a, b := normalize(before), normalize(&stored)
 	d := diffLines(a, b, 2)
 	if d == "" {
-		fmt.Fprintln(out, "admitted, unchanged by kvnet")
+		fmt.Fprintf(out, "admitted, unchanged by %s\n", changers)
 	} else {
-		fmt.Fprintln(out, "admitted; kvnet changed (- as written, + as stored):")
+		fmt.Fprintf(out, "admitted; %s changed (- as written, + as stored):\n", changers)
 		fmt.Fprint(out, indent(d, "    "))
 	}
 	printWarnings(out, w.list())
-	return true, nil
+	return nil, nil
 }
 
 func printWarnings(out io.Writer, ws []string) {

@@ -14,8 +14,10 @@ import (
 )
 
 // startControlPlane starts kube-apiserver and etcd with the CRDs kvnet
-// works with. The caller stops it.
-func startControlPlane(say sayFunc) (*envtest.Environment, error) {
+// works with. frontProxyDir, when set, receives the request-header
+// certificates kube-apiserver needs for virt-api to start. The caller stops
+// it.
+func startControlPlane(say sayFunc, frontProxyDir string) (*envtest.Environment, error) {
 	assets, err := framework.AssetsDir()
 	if err != nil {
 		return nil, err
@@ -26,6 +28,11 @@ func startControlPlane(say sayFunc) (*envtest.Environment, error) {
 	}
 	say("==> starting kube-apiserver and etcd from %s", assets)
 	te := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
+	if frontProxyDir != "" {
+		if err := framework.FrontProxy(te, frontProxyDir); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := te.Start(); err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}

@@ -10,9 +10,11 @@ import (
 	"github.com/kvnet/kvnet/test/framework"
 )
 
-// The demo runs end to end, as `make demo` does: a fresh kvnet binary, the
-// real control plane, every example with the outcome it is there to show,
-// and everything stopped afterwards.
+// The demo's kvnet part runs end to end: a fresh kvnet binary, the real
+// control plane, every example with the outcome it is there to show, and
+// everything stopped afterwards. KubeVirt's steps are left out here (they
+// add virt-controller and virt-api and run in `make demo` itself); the
+// tests below check their pure parts.
 func TestDemoRunsAndStops(t *testing.T) {
 	dir := t.TempDir()
 	kvnet := filepath.Join(dir, "kvnet")
@@ -22,7 +24,7 @@ func TestDemoRunsAndStops(t *testing.T) {
 		t.Fatalf("building kvnet: %v\n%s", err, out)
 	}
 	var out bytes.Buffer
-	err := Run(t.Context(), Options{Root: framework.RepoRoot(), Kvnet: kvnet, Dir: dir}, &out)
+	err := Run(t.Context(), Options{Root: framework.RepoRoot(), Kvnet: kvnet, Dir: dir, KubeVirt: false}, &out)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}

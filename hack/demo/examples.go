@@ -73,7 +73,7 @@ func readExamples(root string) (cluster []*unstructured.Unstructured, vms []vmDo
 // applyCluster creates the cluster objects of examples/ and waits until
 // kvnet's cache has every NAD among them.
 func applyCluster(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, say sayFunc) error {
-	say("==> applying examples/: namespaces, the KubeVirt CR, NetworkAttachmentDefinitions")
+	say("==> applying examples/ but its VMs: namespaces, cluster objects, NetworkAttachmentDefinitions")
 	var nads []*unstructured.Unstructured
 	for _, obj := range objs {
 		if err := ensureNamespace(ctx, c, obj.GetNamespace()); err != nil {

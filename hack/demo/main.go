@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -35,6 +37,10 @@ type Options struct {
 	Dir string
 	// Keep leaves everything running until ctx ends.
 	Keep bool
+	// KubeVirt also runs KubeVirt's own virt-controller and virt-api and
+	// shows what they and kvnet do together, when `make kubevirt`'s
+	// binaries are there; without them the demo says what it leaves out.
+	KubeVirt bool
 }
 
 func main() {
@@ -43,6 +49,7 @@ func main() {
 	flag.StringVar(&o.Kvnet, "kvnet", filepath.Join(root, "bin", "kvnet"), "kvnet binary (make build)")
 	flag.StringVar(&o.Dir, "dir", filepath.Join(root, "bin", "demo"), "working directory: kubeconfig, kvnet.log, certs, demo.pid")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the control plane and kvnet running until Ctrl-C or `make demo-down`")
+	flag.BoolVar(&o.KubeVirt, "kubevirt", true, "also run KubeVirt's virt-controller and virt-api (make kubevirt) and show what they do with kvnet")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -71,7 +78,23 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	defer os.Remove(pidFile)
 
 	var say sayFunc = func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
-	te, err := startControlPlane(say)
+	withKubeVirt := o.KubeVirt
+	if withKubeVirt {
+		if missing := kubeVirtMissing(); missing != nil {
+			withKubeVirt = false
+			say("==> %v: this run leaves out %s.", missing, whatKubeVirtShows)
+			say("    `make kubevirt` gets them (from ../shared/kubevirt, or a build); kvnet's part below runs without them")
+		}
+	}
+	kvDir := filepath.Join(o.Dir, "kubevirt")
+	frontProxyDir := ""
+	if withKubeVirt {
+		if err := os.RemoveAll(kvDir); err != nil { // certificates of a previous run
+			return err
+		}
+		frontProxyDir = filepath.Join(kvDir, "front-proxy")
+	}
+	te, err := startControlPlane(say, frontProxyDir)
 	if err != nil {
 		return err
 	}
@@ -106,16 +129,46 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if withKubeVirt {
+		// KubeVirt's bootstrap creates the CR, with its status; the
+		// examples' CR gives it its spec.
+		var cr *unstructured.Unstructured
+		cluster, cr = takeKubeVirtCR(cluster)
+		kv, err := startKubeVirt(ctx, te, c, kvDir, cr, say)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			say("==> stopping virt-api and virt-controller (virt-api's webhooks first: they fail closed)")
+			kv.Stop()
+		}()
+	}
 	if err := applyCluster(ctx, c, cluster, say); err != nil {
 		return err
 	}
-	failures, err := admitAll(ctx, c, warnings, vms, out, say)
+	changers := "kvnet"
+	if withKubeVirt {
+		changers = "kvnet and virt-api"
+	}
+	failures, err := admitAll(ctx, c, warnings, vms, changers, out, say)
 	if err != nil {
 		return err
 	}
-	say("\n==> done: every VM above went through the real API server's admission chain into kvnet")
+	if withKubeVirt {
+		say("\n==> done: every VM above went through the real API server's admission chain: kvnet, then virt-api")
+	} else {
+		say("\n==> done: every VM above went through the real API server's admission chain into kvnet")
+	}
 	if failures > 0 {
 		return fmt.Errorf("%d example(s) did not get the outcome they are there to show", failures)
+	}
+	if withKubeVirt {
+		if err := showMission(ctx, c, warnings, o.Root, out, say); err != nil {
+			return err
+		}
+	}
+	if !withKubeVirt {
+		say("    left out: KubeVirt's steps (virt-controller, virt-api); `make kubevirt`, then `make demo` again")
 	}
 	if o.Keep {
 		say("    the control plane and kvnet keep running: KUBECONFIG=%s (kvnet log: %s)", kcPath, filepath.Join(o.Dir, "kvnet.log"))
