@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,8 +28,8 @@ const handlerNode = "node1"
 // showHandler creates virt-handler's DaemonSet as virt-operator does for
 // the examples' KubeVirt CR (the migration network on its template as
 // "<nad>@migration0") and, since no kube-controller-manager runs here, the
-// pod the DaemonSet controller would create for node1: no name but
-// generateName, no nodeName, the node in the required node affinity. It
+// pod the DaemonSet controller would create for node1
+// (framework.DaemonSetPod). It
 // shows that kvnet gave the pod a migration0 address of the configured pool
 // and that its controller bound the address to the pod.
 func showHandler(ctx context.Context, c client.Client, root string, say sayFunc) error {
@@ -62,7 +61,7 @@ func showHandler(ctx context.Context, c client.Client, root string, say sayFunc)
 	}
 	say("    DaemonSet %s/%s as virt-operator writes it: %s: %s", ds.Namespace, ds.Name, multus.NetworksAnnotation, ds.Spec.Template.Annotations[multus.NetworksAnnotation])
 	say("    the demo creates the pod the DaemonSet controller would for %s (no kube-controller-manager here)", handlerNode)
-	pod := handlerPod(ds, handlerNode)
+	pod := framework.DaemonSetPod(ds, handlerNode)
 	if err := c.Create(ctx, pod); err != nil {
 		return fmt.Errorf("creating the virt-handler pod: %w", err)
 	}
@@ -155,31 +154,14 @@ func createHandlerDaemonSet(ctx context.Context, c client.Client, nad string) (*
 	return ds, nil
 }
 
-// handlerPod is the pod the DaemonSet controller creates for node.
-func handlerPod(ds *appsv1.DaemonSet, node string) *corev1.Pod {
-	tpl := ds.Spec.Template.DeepCopy()
-	spec := tpl.Spec
-	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
-		}}},
-	}}
-	tpl.Labels["pod-template-generation"] = "1"
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ds.Namespace, GenerateName: ds.Name + "-", Labels: tpl.Labels, Annotations: tpl.Annotations,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Spec: spec,
-	}
-}
-
 // readConfig parses examples/config.yaml, the policy kvnet runs with.
 func readConfig(root string) (*config.Config, error) {
-	b, err := os.ReadFile(filepath.Join(root, "examples", "config.yaml"))
+	return readConfigFile(filepath.Join(root, "examples", "config.yaml"))
+}
+
+// readConfigFile parses a kvnet policy file.
+func readConfigFile(path string) (*config.Config, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

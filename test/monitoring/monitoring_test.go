@@ -34,7 +34,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -378,10 +377,10 @@ func TestAlertsFireOnRealPrometheus(t *testing.T) {
 	// The pool's only address goes to the first node's virt-handler; the
 	// second node's is denied.
 	ds := migrationSetup(t)
-	if err := env.Client.Create(ctx, handlerPod(ds, "mon-node-1")); err != nil {
+	if err := env.Client.Create(ctx, framework.DaemonSetPod(ds, "mon-node-1")); err != nil {
 		t.Fatalf("first virt-handler: %v", err)
 	}
-	err = env.Client.Create(ctx, handlerPod(ds, "mon-node-2"))
+	err = env.Client.Create(ctx, framework.DaemonSetPod(ds, "mon-node-2"))
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exhausted") {
 		t.Fatalf("second virt-handler on a one-address pool: err = %v, want the exhaustion denial", err)
 	}
@@ -485,27 +484,6 @@ func migrationSetup(t *testing.T) *appsv1.DaemonSet {
 		t.Fatalf("creating DaemonSet: %v", err)
 	}
 	return ds
-}
-
-// handlerPod is the pod the DaemonSet controller creates for a node.
-func handlerPod(ds *appsv1.DaemonSet, node string) *corev1.Pod {
-	tpl := ds.Spec.Template.DeepCopy()
-	spec := tpl.Spec
-	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
-		}}},
-	}}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ds.Namespace, GenerateName: ds.Name + "-", Labels: tpl.Labels, Annotations: tpl.Annotations,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Spec: spec,
-	}
 }
 
 // metricName matches kvnet's metric names in PromQL. A regexp rather than
