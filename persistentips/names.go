@@ -90,6 +90,19 @@ func ClaimName(vm, network string) string {
 	return prefix + suffix
 }
 
+// SameNameAsIPAMExtensions reports whether KubeVirt's ipam-extensions gives
+// the claim of network of VM vm the name ClaimName gives it, so that a
+// cluster moving from one to the other keeps the claim, and so the IP. It
+// holds exactly when "<vm>.<network>" is already lowercase and a valid RFC
+// 1123 subdomain of at most 253 characters: ClaimName then keeps it as it
+// is, and ipam-extensions (pkg/claims ComposeKey: lowercase, then the
+// valid lowercase runs joined by ".", cut at 253) finds nothing to change.
+// Any other name gets kvnet's hash suffix, and ipam-extensions' name has
+// none: the two name different claims.
+func SameNameAsIPAMExtensions(vm, network string) bool {
+	return ClaimName(vm, network) == vm+"."+network
+}
+
 // PodInterfaceName is the pod interface KubeVirt (v1.1 and later) gives a
 // secondary network: "pod" and the first 11 hex characters of the sha256 of
 // the VMI network name. It is what the launcher pod's selection element

@@ -86,3 +86,24 @@ func FuzzClaimName(f *testing.F) {
 		}
 	})
 }
+
+// ClaimName and ipam-extensions agree exactly on names that are already
+// lowercase and valid; everything else gets kvnet's hash suffix.
+func TestSameNameAsIPAMExtensions(t *testing.T) {
+	for _, c := range []struct {
+		vm, network string
+		want        bool
+	}{
+		{"web", "default", true},
+		{"web", "my-net", true},
+		{"web", "net.a", true},
+		{"web", "Blue", false},
+		{"web", "my_net", false},
+		{"web", "-net", false},
+		{"web", strings.Repeat("n", 250), false},
+	} {
+		if got := SameNameAsIPAMExtensions(c.vm, c.network); got != c.want {
+			t.Errorf("SameNameAsIPAMExtensions(%q, %q) = %v, want %v (ClaimName %q)", c.vm, c.network, got, c.want, ClaimName(c.vm, c.network))
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/persistentips"
 )
 
 // OVNKubernetesCNI is the CNI type of OVN-Kubernetes secondary networks, the
@@ -99,6 +100,8 @@ func (v PersistentIPs) Validate(ctx context.Context, req *chain.Request) (field.
 				info.Ref(), info.CNIType, OVNKubernetesCNI, n.Name)
 		case info.NetworkName == "":
 			req.Warn("NetworkAttachmentDefinition %s allows persistent IPs but its config has no \"name\" to claim: network %s gets no IPAMClaim", info.Ref(), n.Name)
+		default:
+			warnClaimName(req, n.Name)
 		}
 	}
 	return errs, nil
@@ -133,4 +136,15 @@ func (PersistentIPs) asks(ctx context.Context, req *chain.Request) ([]persistent
 // and static do not read ipam-claim-reference.
 func honoursClaims(info *netattach.Info) bool {
 	return info.CNIType == OVNKubernetesCNI
+}
+
+// warnClaimName warns when the claim of network is not named as KubeVirt's
+// ipam-extensions names it: the docs promise that a cluster moving between
+// the two keeps its IPs, and that holds only for plain lowercase names.
+func warnClaimName(req *chain.Request, network string) {
+	if persistentips.SameNameAsIPAMExtensions(req.Name, network) {
+		return
+	}
+	req.Warn("network %s keeps its IP in IPAMClaim %q: KubeVirt's ipam-extensions would name that claim differently (it names claims alike only when %q is already lowercase and a valid DNS subdomain of at most 253 characters), so moving this VM between kvnet and ipam-extensions gives it a new IP on %s; a lowercase network name keeps one claim in both",
+		network, persistentips.ClaimName(req.Name, network), req.Name+"."+network, network)
 }

@@ -61,8 +61,12 @@ func TestPersistentIPsValidator(t *testing.T) {
 		"rule asks, network not in spec":  {cfg: rule},
 		"CNI that ignores claims: warned": {nets: [][2]string{{"data", "bridgy"}}, warning: "not known to honour IPAMClaims"},
 		"feature off: warned":             {cfg: off, nets: [][2]string{{"data", "ovn"}}, warning: "turned off"},
-		"VMI started by a VM: skipped":    {kind: chain.KindVMI, ann: owned, nets: [][2]string{{"data", "plain"}}, ownedVMI: true},
-		"standalone VMI: checked":         {kind: chain.KindVMI, ann: owned, nets: [][2]string{{"data", "plain"}}, errPaths: []string{"metadata.annotations[kvnet.io/networks]"}},
+		// ipam-extensions names these claims vm.data and vm.my.data; kvnet adds a hash.
+		"network name with capitals: claim-name warning": {nets: [][2]string{{"Data", "ovn"}}, warning: `IPAMClaim "vm.data-`},
+		"network name with _: claim-name warning":        {nets: [][2]string{{"my_data", "ovn"}}, warning: "ipam-extensions would name that claim differently"},
+		"no claim, no claim-name warning":                {nets: [][2]string{{"Data", "plain"}}},
+		"VMI started by a VM: skipped":                   {kind: chain.KindVMI, ann: owned, nets: [][2]string{{"data", "plain"}}, ownedVMI: true},
+		"standalone VMI: checked":                        {kind: chain.KindVMI, ann: owned, nets: [][2]string{{"data", "plain"}}, errPaths: []string{"metadata.annotations[kvnet.io/networks]"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

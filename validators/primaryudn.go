@@ -57,6 +57,7 @@ func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.Error
 		req.Warn("the pod network's IP will not persist: %s", why)
 		return nil, nil
 	}
+	warnClaimName(req, pod.Name)
 	annPath := req.TemplateMetaPath.Child("annotations")
 	var ann map[string]string
 	if req.TemplateMeta != nil {

@@ -50,6 +50,7 @@ func TestPrimaryUDNValidator(t *testing.T) {
 		errPaths  []string
 		errText   string
 		warning   string
+		podNet    string // the pod network's name, when not "default"
 	}{
 		"quiet":                  {primaries: []string{udnL2}},
 		"IPs inside the network": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
@@ -70,6 +71,9 @@ func TestPrimaryUDNValidator(t *testing.T) {
 		"no primary network":                 {ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
 		"off by default":                     {cfg: &config.Config{}, primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
 		"persistent IPs off":                 {cfg: &ipsOff, primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
+		// ipam-extensions would call the claim vm.default: a move between the two changes the IP.
+		"pod network with capitals: claim-name warning": {primaries: []string{udnL2}, podNet: "Default", warning: "ipam-extensions would name that claim differently"},
+		"pod network with _: claim-name warning":        {primaries: []string{udnL2}, podNet: "pod_net", warning: "ipam-extensions would name that claim differently"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -78,6 +82,9 @@ func TestPrimaryUDNValidator(t *testing.T) {
 				cfg = *tc.cfg
 			}
 			req := udnRequest(tc.primaries, tc.ann, cfg)
+			if tc.podNet != "" {
+				req.Spec.Networks[0].Name, req.Spec.Domain.Devices.Interfaces[0].Name = tc.podNet, tc.podNet
+			}
 			errs, err := PrimaryUDN{}.Validate(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
