@@ -6,6 +6,7 @@ package config
 
 import (
 	"github.com/kvnet/kvnet/addresses"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -171,6 +172,29 @@ type Migration struct {
 	// the API server's request timeout (60s by default), or an address could
 	// be released while the create that carries it is still in flight.
 	ReservationTimeout *metav1.Duration `json:"reservationTimeout,omitempty"`
+	// ProxySidecar injects `kvnet proxy` into the synchronization
+	// controllers' pods (sidecar mode of the migration proxy), so the
+	// cross-cluster network needs one address per synchronization
+	// controller and none for a separate proxy.
+	ProxySidecar *ProxySidecar `json:"proxySidecar,omitempty"`
+}
+
+// ProxySidecar is the migration proxy container the migration-pods webhook
+// adds to each pod it selects. The container comes whole from here (the
+// chart renders it), so admission builds it without an API call.
+type ProxySidecar struct {
+	// Enabled turns the injection on; off, pods are admitted without it and
+	// the separate proxy Deployment is the one that relays.
+	Enabled bool `json:"enabled"`
+	// PodSelector picks the pods; default kubevirt.io=virt-synchronization-controller.
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+	// Container is injected as is, plus the ServiceAccount token mount the
+	// pod's first container has (the API server's ServiceAccount admission
+	// ran before the webhook and mounted it only into the containers it saw).
+	Container corev1.Container `json:"container"`
+	// Volumes are added with it: its certificate Secret and the peers
+	// ConfigMap, which must live in the pods' namespace.
+	Volumes []corev1.Volume `json:"volumes,omitempty"`
 }
 
 // InClusterMigration gives each virt-handler pod a static address on the

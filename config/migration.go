@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/migration/ippool"
@@ -55,7 +56,30 @@ func defaultMigration(m Migration) Migration {
 	if m.ReservationTimeout == nil {
 		m.ReservationTimeout = &metav1.Duration{Duration: DefaultReservationTimeout}
 	}
+	if ps := m.ProxySidecar; ps != nil && ps.PodSelector == nil {
+		c := *ps
+		c.PodSelector = DefaultProxySidecarSelector
+		m.ProxySidecar = &c
+	}
 	return m
+}
+
+// DefaultProxySidecarSelector: the migration proxy goes into the pods of
+// virt-operator's virt-synchronization-controller Deployment.
+var DefaultProxySidecarSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubevirt.io": "virt-synchronization-controller"}}
+
+// Sidecar returns the proxy sidecar a pod with these labels gets, nil when
+// none: the injection is on, and the pod is one it selects and a
+// cross-cluster holder (the sidecar hops on the pod's crosscluster0).
+func (m *Migration) Sidecar(podLabels map[string]string) *ProxySidecar {
+	ps := m.ProxySidecar
+	if ps == nil || !ps.Enabled || m.CrossCluster == nil || m.InCluster == nil {
+		return nil
+	}
+	if !selects(ps.PodSelector, DefaultProxySidecarSelector, podLabels) || !m.CrossCluster.Selects(podLabels) {
+		return nil
+	}
+	return ps
 }
 
 // Enabled reports whether any migration network is configured.
@@ -146,8 +170,50 @@ func validateMigration(m *Migration, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("crossCluster", "addresses"), a.String(), fmt.Sprintf("is also in the in-cluster pool %s; the pools must not overlap", icPool)))
 		}
 	}
+	if ps := m.ProxySidecar; ps != nil {
+		errs = append(errs, validateProxySidecar(m, ps, p.Child("proxySidecar"))...)
+	}
 	if t := m.ReservationTimeout; t != nil && t.Duration <= 0 {
 		errs = append(errs, field.Invalid(p.Child("reservationTimeout"), t.Duration.String(), "must be positive; keep it above the API server's request timeout (60s)"))
+	}
+	return errs
+}
+
+// validateProxySidecar checks the injected container, when the injection
+// is on, enough that a pod never fails its own validation because of it: a
+// name, an image, and mounts of volumes that come with it.
+func validateProxySidecar(m *Migration, ps *ProxySidecar, p *field.Path) field.ErrorList {
+	errs := validateSelector(ps.PodSelector, p.Child("podSelector"))
+	if !ps.Enabled {
+		return errs // the off switch: the rest may be left out
+	}
+	if m.CrossCluster == nil || m.InCluster == nil {
+		errs = append(errs, field.Invalid(p.Child("enabled"), true, "needs migration.inCluster and migration.crossCluster: the sidecar listens on the pod's migration0 and hops on its crosscluster0"))
+	}
+	cp := p.Child("container")
+	if ps.Container.Name == "" {
+		errs = append(errs, field.Required(cp.Child("name"), "the name the sidecar container gets"))
+	} else if msgs := validation.IsDNS1123Label(ps.Container.Name); len(msgs) > 0 {
+		errs = append(errs, field.Invalid(cp.Child("name"), ps.Container.Name, strings.Join(msgs, "; ")))
+	}
+	if ps.Container.Image == "" {
+		errs = append(errs, field.Required(cp.Child("image"), "the kvnet image"))
+	}
+	vols := map[string]bool{}
+	for i, v := range ps.Volumes {
+		vp := p.Child("volumes").Index(i).Child("name")
+		switch {
+		case v.Name == "":
+			errs = append(errs, field.Required(vp, ""))
+		case vols[v.Name]:
+			errs = append(errs, field.Duplicate(vp, v.Name))
+		}
+		vols[v.Name] = true
+	}
+	for i, vm := range ps.Container.VolumeMounts {
+		if !vols[vm.Name] {
+			errs = append(errs, field.NotFound(cp.Child("volumeMounts").Index(i).Child("name"), vm.Name))
+		}
 	}
 	return errs
 }

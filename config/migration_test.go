@@ -59,6 +59,26 @@ migration:
 migration:
   inCluster: {nad: kubevirt/m, pool: {cidr: 10.0.0.0/30, exclude: [10.0.0.0/30]}}
 `, want: []string{"migration.inCluster.pool"}},
+		"proxy sidecar": {yaml: `
+migration:
+  inCluster: {nad: kubevirt/m, pool: {cidr: 10.0.0.0/24}}
+  crossCluster: {nad: kubevirt/c, addresses: [10.0.1.10/24]}
+  proxySidecar:
+    enabled: true
+    container: {name: kvnet-proxy, image: kvnet:1, volumeMounts: [{name: cert, mountPath: /etc/kvnet/proxy}]}
+    volumes: [{name: cert, secret: {secretName: proxy-cert}}]
+`},
+		"proxy sidecar without networks, name, image; unknown and repeated volumes": {yaml: `
+migration:
+  proxySidecar:
+    enabled: true
+    container: {name: Bad_Name, volumeMounts: [{name: nope, mountPath: /x}]}
+    volumes: [{name: a, emptyDir: {}}, {name: a, emptyDir: {}}]
+`, want: []string{"migration.proxySidecar.enabled", "migration.proxySidecar.container.name", "migration.proxySidecar.container.image", "migration.proxySidecar.volumes[1].name", "migration.proxySidecar.container.volumeMounts[0].name"}},
+		"proxy sidecar off needs neither networks nor a container": {yaml: `
+migration:
+  proxySidecar: {enabled: false}
+`},
 		"negative timeout": {yaml: `
 migration:
   reservationTimeout: -1s

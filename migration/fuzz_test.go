@@ -20,7 +20,8 @@ import (
 // as the server builds it, with both migration networks configured and a
 // fresh allocation store (a fake client: the allocator's API semantics are
 // the integration tests' business, this is about decoding) per input. The
-// webhook never answers 500, a patch applies, and the patched pod sent
+// webhook never answers 500, a patch applies (the proxy sidecar's
+// container and volumes too), and the patched pod sent
 // again (a reinvoked webhook) keeps its reservation: no second patch.
 func FuzzMigrationPods(f *testing.F) {
 	for _, s := range []string{
@@ -30,14 +31,18 @@ func FuzzMigrationPods(f *testing.F) {
 		`{"metadata":{"labels":{"kubevirt.io":"virt-synchronization-controller"},"annotations":{"k8s.v1.cni.cncf.io/networks":"[{\"name\":\"cross\",\"namespace\":\"kubevirt\",\"x.io/k\":[1]}]"}}}`,
 		`{"metadata":{"labels":{"kubevirt.io":"virt-handler","kvnet.io/migration-reservation":"token-9"},"annotations":{"k8s.v1.cni.cncf.io/networks":"[{\"name\":\"migration\",\"interface\":\"migration0\",\"ips\":[\"10.0.0.1/29\"]}]"}}}`,
 		`{"metadata":{"labels":{"kubevirt.io":"virt-handler"},"annotations":{"k8s.v1.cni.cncf.io/networks":"a/b/c"}}}`,
+		`{"metadata":{"labels":{"kubevirt.io":"virt-synchronization-controller"}},"spec":{"containers":[{"name":"sync","volumeMounts":[{"name":"t","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount"}]}],"volumes":[{"name":"t"}]}}`,
+		`{"metadata":{"labels":{"kubevirt.io":"virt-synchronization-controller"}},"spec":{"containers":[{"name":"sync"},{"name":"kvnet-proxy"}]}}`,
+		`{"metadata":{"labels":{"kubevirt.io":"virt-synchronization-controller"}},"spec":{"containers":null,"volumes":[{"name":"kvnet-proxy-cert"}]}}`,
+		`{"metadata":{"labels":{"kubevirt.io":"virt-synchronization-controller"}},"spec":{}}`,
 	} {
 		f.Add([]byte(s))
 	}
-	cfg := config.Static(mustConfig(f, bothNetworks))
+	cfg := config.Static(mustConfig(f, bothNetworks+sidecarSection))
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		h := webhook.NewHandlers(cfg, facts(), webhook.HandlerOptions{
-			MigrationPodMutators: []chain.PodMutator{newMutator(newFake(t))},
+			MigrationPodMutators: []chain.PodMutator{newMutator(newFake(t)), Sidecar{}},
 		})[webhook.PathMutateMigrationPods]
 		resp := h.Handle(ctx, migrationPodReview(raw))
 		if resp.Result != nil && resp.Result.Code >= 500 {

@@ -22,6 +22,15 @@ var (
 		Help: "Allocations released by the controller, by pool and reason (pod-gone, reservation-expired, node-gone, surplus, outside-pool).",
 	}, []string{"pool", "reason"})
 
+	sidecarInjected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvnet_migration_proxy_sidecars_injected_total",
+		Help: "Migration proxy sidecars injected into synchronization-controller pods.",
+	})
+	sidecarRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_migration_proxy_sidecar_refusals_total",
+		Help: "Synchronization-controller pods refused because the proxy sidecar could not be injected, by reason (volume-name-taken).",
+	}, []string{"reason"})
+
 	configProblems = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kvnet_migration_config_problems",
 		Help: "Errors found the last time the migration config was checked against the cluster (missing NADs, too few cross-cluster addresses).",
@@ -85,7 +94,7 @@ func init() {
 			releases.WithLabelValues(pool, reason)
 		}
 	}
-	metrics.Registry.MustRegister(denials, releases, configProblems, poolGauges)
+	metrics.Registry.MustRegister(denials, releases, sidecarInjected, sidecarRefused, configProblems, poolGauges)
 }
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {

@@ -37,7 +37,8 @@ type Network struct {
 
 // Networks returns the migration networks a pod with these labels gets: a
 // cross-cluster holder gets the cross-cluster network (and the in-cluster
-// one with alsoInCluster), any other selected pod the in-cluster network.
+// one with alsoInCluster or when it gets the proxy sidecar), any other
+// selected pod the in-cluster network.
 func Networks(m *config.Migration, podLabels map[string]string) ([]Network, error) {
 	var out []Network
 	addIC := false
@@ -47,7 +48,9 @@ func Networks(m *config.Migration, podLabels map[string]string) ([]Network, erro
 			return nil, err
 		}
 		out = append(out, n)
-		addIC = cc.AlsoInCluster
+		// A pod with the proxy sidecar needs migration0 too: its relays
+		// listen there for the source virt-handlers.
+		addIC = cc.AlsoInCluster || m.Sidecar(podLabels) != nil
 	} else if ic := m.InCluster; ic != nil && ic.Selects(podLabels) {
 		addIC = true
 	}

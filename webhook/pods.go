@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -79,10 +80,18 @@ func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request, view 
 		pr.OldPod = old
 	}
 	annotations, labels := maps.Clone(pod.Annotations), maps.Clone(pod.Labels)
+	containers, volumes := entryNames(pod.Spec.Containers, containerName), entryNames(pod.Spec.Volumes, volumeName)
 	if err := chain.RunPodMutators(ctx, pr, h.Mutators); err != nil {
 		return errorResponse(ctx, err, pr.Warnings)
 	}
+	// Mutators may only append containers and volumes; a changed entry
+	// would be lost, since the patch adds only what is new.
+	if !slices.Equal(containers, entryNames(pod.Spec.Containers[:min(len(containers), len(pod.Spec.Containers))], containerName)) ||
+		!slices.Equal(volumes, entryNames(pod.Spec.Volumes[:min(len(volumes), len(pod.Spec.Volumes))], volumeName)) {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("a pod mutator changed the pod's existing containers or volumes; they may only append"))
+	}
 	ops := podOps(present, annotations, labels, pod)
+	ops = append(ops, specOps(present, pod, len(containers), len(volumes))...)
 	if len(ops) > 0 {
 		logf.FromContext(ctx).V(1).Info("mutated pod", "operations", len(ops))
 	}
@@ -112,21 +121,86 @@ func podOps(present podPresence, annotations, labels map[string]string, pod *cor
 	return append(ops, patch.StringMap("/metadata/labels", present.labels, labels, pod.Labels)...)
 }
 
+// specOps adds the containers and volumes the mutators appended (the pod
+// had nc containers and nv volumes): one add at the end of each list per
+// new entry, the list whole where the pod lacks it, or spec whole where it
+// lacks spec.
+func specOps(present podPresence, pod *corev1.Pod, nc, nv int) []jsonpatch.Operation {
+	newC, newV := pod.Spec.Containers[nc:], pod.Spec.Volumes[nv:]
+	if len(newC) == 0 && len(newV) == 0 {
+		return nil
+	}
+	if !present.spec {
+		spec := map[string]any{}
+		if len(newC) > 0 {
+			spec["containers"] = newC
+		}
+		if len(newV) > 0 {
+			spec["volumes"] = newV
+		}
+		return []jsonpatch.Operation{{Operation: "add", Path: "/spec", Value: spec}}
+	}
+	var ops []jsonpatch.Operation
+	appendTo := func(path string, had bool, items []any) {
+		if len(items) == 0 {
+			return
+		}
+		if !had {
+			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: path, Value: items})
+			return
+		}
+		for _, it := range items {
+			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: path + "/-", Value: it})
+		}
+	}
+	appendTo("/spec/containers", present.containers, anys(newC))
+	appendTo("/spec/volumes", present.volumes, anys(newV))
+	return ops
+}
+
+func anys[T any](s []T) []any {
+	out := make([]any, len(s))
+	for i := range s {
+		out[i] = s[i]
+	}
+	return out
+}
+
+func entryNames[T any](s []T, name func(*T) string) []string {
+	out := make([]string, len(s))
+	for i := range s {
+		out[i] = name(&s[i])
+	}
+	return out
+}
+
+func containerName(c *corev1.Container) string { return c.Name }
+func volumeName(v *corev1.Volume) string       { return v.Name }
+
 // podView is the part of a pod the pod mutators read. Decoding only this
 // skips the containers, volumes and managedFields that make up most of a
 // virt-launcher pod; unknown and unread fields stay in the request's object,
 // which the patch leaves alone.
 type podView struct {
 	Metadata *objectMeta `json:"metadata"`
-	Spec     struct {
+	Spec     *struct {
 		NodeName string           `json:"nodeName"`
 		Affinity *corev1.Affinity `json:"affinity"`
+		// Of containers and volumes only what a sidecar injection needs
+		// to stay idempotent: names, and the mounts it copies.
+		Containers []struct {
+			Name         string               `json:"name"`
+			VolumeMounts []corev1.VolumeMount `json:"volumeMounts"`
+		} `json:"containers"`
+		Volumes []struct {
+			Name string `json:"name"`
+		} `json:"volumes"`
 	} `json:"spec"`
 }
 
 // podPresence tells which members the admitted pod has (not missing, not
-// null), so the patch adds a map whole where the pod lacks it.
-type podPresence struct{ metadata, annotations, labels bool }
+// null), so the patch adds a map or list whole where the pod lacks it.
+type podPresence struct{ metadata, annotations, labels, spec, containers, volumes bool }
 
 // decodePodView decodes the part of raw the pod mutators read into a
 // corev1.Pod, whose other fields stay empty, or takes it from view, the
@@ -144,10 +218,21 @@ func decodePodView(raw []byte, view any) (*corev1.Pod, podPresence, error) {
 		return nil, podPresence{}, fmt.Errorf("decoding Pod: %w", err)
 	}
 	pod := &corev1.Pod{}
-	pod.Spec.NodeName, pod.Spec.Affinity = v.Spec.NodeName, v.Spec.Affinity
+	var present podPresence
+	if sp := v.Spec; sp != nil {
+		pod.Spec.NodeName, pod.Spec.Affinity = sp.NodeName, sp.Affinity
+		for _, c := range sp.Containers {
+			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts})
+		}
+		for _, vol := range sp.Volumes {
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: vol.Name})
+		}
+		present.spec, present.containers, present.volumes = true, sp.Containers != nil, sp.Volumes != nil
+	}
 	if v.Metadata == nil {
-		return pod, podPresence{}, nil
+		return pod, present, nil
 	}
 	pod.ObjectMeta = v.Metadata.objectMeta()
-	return pod, podPresence{metadata: true, annotations: v.Metadata.Annotations != nil, labels: v.Metadata.Labels != nil}, nil
+	present.metadata, present.annotations, present.labels = true, v.Metadata.Annotations != nil, v.Metadata.Labels != nil
+	return pod, present, nil
 }

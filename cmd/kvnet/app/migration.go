@@ -23,7 +23,8 @@ func migrationExtension(ctx context.Context, mgr manager.Manager, cfg *config.So
 	if err != nil {
 		return fmt.Errorf("setting up migration networks: %w", err)
 	}
-	opts.MigrationPodMutators = append(opts.MigrationPodMutators, c.Mutator)
+	// Addresses first: a pod refused for its address gets no sidecar either.
+	opts.MigrationPodMutators = append(opts.MigrationPodMutators, c.Mutator, migration.Sidecar{})
 	return nil
 }
 
