@@ -39,17 +39,19 @@ func setUpKvnet(ctx context.Context, c client.Client, o Options, kubeconfig stri
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return nil, err
 	}
-	if err := registerWebhooks(ctx, c, "kvnet", fmt.Sprintf("https://127.0.0.1:%d", port), ns); err != nil {
+	if err := registerWebhooks(ctx, c, "kvnet", fmt.Sprintf("https://127.0.0.1:%d", port), ns, o.migrationProxy); err != nil {
 		return nil, err
 	}
 	say("==> starting kvnet (self-managed certificates, webhooks on 127.0.0.1:%d); log: %s", port, filepath.Join(o.Dir, "kvnet.log"))
 	return startKvnet(o, kubeconfig, port, probePort)
 }
 
-// registerWebhooks creates kvnet's two configurations, calling base by URL.
-func registerWebhooks(ctx context.Context, c client.Client, name, base, ns string) error {
+// registerWebhooks creates kvnet's two configurations, calling base by URL;
+// migrationProxy adds the migration proxy's VMI status rewrite, as the
+// chart does where `kvnet proxy` runs.
+func registerWebhooks(ctx context.Context, c client.Client, name, base, ns string, migrationProxy bool) error {
 	// The demo's config uses every feature, so every pod webhook is registered.
-	m, v := webhook.Registration{Name: name, ExcludedNamespaces: []string{"kube-system", ns}, LauncherPods: true, MigrationPods: true}.Configurations()
+	m, v := webhook.Registration{Name: name, ExcludedNamespaces: []string{"kube-system", ns}, LauncherPods: true, MigrationPods: true, MigrationProxy: migrationProxy}.Configurations()
 	url := func(cc *admissionregv1.WebhookClientConfig) {
 		cc.URL = ptr.To(base + *cc.Service.Path)
 		cc.Service = nil
@@ -80,14 +82,10 @@ type kvnetProcess struct {
 }
 
 func startKvnet(o Options, kubeconfig string, port, probePort int) (*kvnetProcess, error) {
-	logf, err := os.Create(filepath.Join(o.Dir, "kvnet.log"))
-	if err != nil {
-		return nil, err
-	}
 	certDir := filepath.Join(o.Dir, "certs")
 	_ = os.RemoveAll(certDir) // a new control plane means a new Secret
-	cmd := exec.Command(o.Kvnet, "webhook",
-		"--config", filepath.Join(o.Root, "examples", "config.yaml"),
+	return startChild(o.Kvnet, []string{"webhook",
+		"--config", o.config(),
 		"--namespace", "kvnet-system",
 		"--cert-mode", app.CertModeSelfManaged,
 		"--cert-extra-sans", "127.0.0.1",
@@ -97,13 +95,23 @@ func startKvnet(o Options, kubeconfig string, port, probePort int) (*kvnetProces
 		"--webhook-port", strconv.Itoa(port),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probePort),
 		"--metrics-bind-address", "0",
-	)
+	}, kubeconfig, filepath.Join(o.Dir, "kvnet.log"), probePort)
+}
+
+// startChild runs bin/kvnet with args against the cluster of kubeconfig,
+// logging to logPath; probePort is where it answers health probes.
+func startChild(bin string, args []string, kubeconfig, logPath string, probePort int) (*kvnetProcess, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", o.Kvnet, err)
+		return nil, fmt.Errorf("starting %s %s: %w", bin, args[0], err)
 	}
 	p := &kvnetProcess{cmd: cmd, log: logf, probePort: probePort, exited: make(chan struct{})}
 	go func() {
@@ -131,11 +139,16 @@ func (p *kvnetProcess) stop() {
 // waitReady polls kvnet's /readyz: TLS serving with the self-managed
 // certificate and informer caches synced.
 func waitReady(ctx context.Context, p *kvnetProcess) error {
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", p.probePort)
-	return poll(ctx, 2*time.Minute, "kvnet to become ready", func() error {
+	return waitProbe(ctx, p, "/readyz", "kvnet to become ready")
+}
+
+// waitProbe polls one of a child's health endpoints until it answers 200.
+func waitProbe(ctx context.Context, p *kvnetProcess, path, what string) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", p.probePort, path)
+	return poll(ctx, 2*time.Minute, what, func() error {
 		select {
 		case <-p.exited:
-			return stopPolling{fmt.Errorf("kvnet exited: %v (see its log)", p.err)}
+			return stopPolling{fmt.Errorf("%s exited: %v (see %s)", p.cmd.Args[1], p.err, p.log.Name())}
 		default:
 		}
 		resp, err := http.Get(url)

@@ -5,8 +5,12 @@
 // with self-managed certificates, registers kvnet's webhooks for real (by
 // URL on 127.0.0.1, since there is no Service without a cluster network),
 // applies examples/ and prints, for every VM, what kvnet changed and any
-// warning or refusal. Then it stops everything it started, or with --keep
-// waits for Ctrl-C or `make demo-down`.
+// warning or refusal. With KubeVirt's binaries (make kubevirt) it also runs
+// virt-controller and virt-api and shows a launcher pod's claim reference, a
+// virt-handler's migration0 address, a stop/start and refusals
+// (mission.go). Then it stops everything it started, or with --keep waits
+// for Ctrl-C or `make demo-down`. --crosscluster runs `make
+// demo-crosscluster` instead (crosscluster.go).
 package main
 
 import (
@@ -37,10 +41,22 @@ type Options struct {
 	Dir string
 	// Keep leaves everything running until ctx ends.
 	Keep bool
+	// Config is kvnet's policy file; empty means examples/config.yaml.
+	Config string
+	// migrationProxy registers the migration proxy's webhook (the
+	// cross-cluster demo's source cluster).
+	migrationProxy bool
 	// KubeVirt also runs KubeVirt's own virt-controller and virt-api and
 	// shows what they and kvnet do together, when `make kubevirt`'s
 	// binaries are there; without them the demo says what it leaves out.
 	KubeVirt bool
+}
+
+func (o Options) config() string {
+	if o.Config != "" {
+		return o.Config
+	}
+	return filepath.Join(o.Root, "examples", "config.yaml")
 }
 
 func main() {
@@ -49,11 +65,16 @@ func main() {
 	flag.StringVar(&o.Kvnet, "kvnet", filepath.Join(root, "bin", "kvnet"), "kvnet binary (make build)")
 	flag.StringVar(&o.Dir, "dir", filepath.Join(root, "bin", "demo"), "working directory: kubeconfig, kvnet.log, certs, demo.pid")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the control plane and kvnet running until Ctrl-C or `make demo-down`")
+	crossCluster := flag.Bool("crosscluster", false, "run the cross-cluster demo instead: two control planes, two `kvnet proxy`, one stream across")
 	flag.BoolVar(&o.KubeVirt, "kubevirt", true, "also run KubeVirt's virt-controller and virt-api (make kubevirt) and show what they do with kvnet")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, o, os.Stdout); err != nil {
+	run := Run
+	if *crossCluster {
+		run = RunCrossCluster
+	}
+	if err := run(ctx, o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
+	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/multus"
 )
@@ -110,5 +111,34 @@ func TestTakeKubeVirtCR(t *testing.T) {
 	rest, cr := takeKubeVirtCR([]*unstructured.Unstructured{obj("Namespace"), obj("KubeVirt"), obj("NetworkAttachmentDefinition")})
 	if cr == nil || len(rest) != 2 || rest[0].GetKind() != "Namespace" || rest[1].GetKind() != "NetworkAttachmentDefinition" {
 		t.Errorf("rest %v, cr %v", rest, cr)
+	}
+}
+
+// Each cluster's policy of the cross-cluster demo is valid, and the two
+// clusters' loopback ranges do not overlap (the processes of both bind them
+// on one machine).
+func TestSideConfigs(t *testing.T) {
+	var nets []netip.Prefix
+	for n := 1; n <= 2; n++ {
+		c, err := config.Parse([]byte(sideConfig(n)), "kvnet-system")
+		if err != nil {
+			t.Fatalf("cluster %d: %v", n, err)
+		}
+		m := c.Migration
+		if m.InCluster == nil || m.CrossCluster == nil || !m.CrossCluster.AlsoInCluster {
+			t.Fatalf("cluster %d: want an in-cluster pool and a cross-cluster list with alsoInCluster", n)
+		}
+		cc, err := netip.ParsePrefix(m.CrossCluster.Addresses[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		nets = append(nets, netip.MustParsePrefix(m.InCluster.Pool.CIDR), cc.Masked())
+	}
+	for i := range nets {
+		for j := i + 1; j < len(nets); j++ {
+			if nets[i].Overlaps(nets[j]) {
+				t.Errorf("%s overlaps %s", nets[i], nets[j])
+			}
+		}
 	}
 }
