@@ -27,6 +27,10 @@ type PodRequest struct {
 	Config *config.Config
 	Facts  lookup.Facts
 
+	// Changes is what the mutators changed in the pod's spec, recorded in
+	// the pod's kvnet.io/mutations. Labels and annotations need no record:
+	// the webhook compares them whole.
+	Changes  []Change
 	Warnings []string
 }
 

@@ -15,32 +15,54 @@ type Change struct {
 
 // Record notes that mutator changed networks (rule may be empty).
 func (r *Request) Record(mutator, rule string, networks ...string) {
-	for i := range r.Changes {
-		c := &r.Changes[i]
+	r.Changes = addChange(r.Changes, mutator, rule, networks)
+}
+
+// Record notes that mutator changed the pod's spec for networks. The pod
+// webhook patches the spec only when a change was recorded.
+func (r *PodRequest) Record(mutator string, networks ...string) {
+	r.Changes = addChange(r.Changes, mutator, "", networks)
+}
+
+func addChange(changes []Change, mutator, rule string, networks []string) []Change {
+	for i := range changes {
+		c := &changes[i]
 		if c.Mutator == mutator && c.Rule == rule {
 			for _, n := range networks {
 				if !slices.Contains(c.Networks, n) {
 					c.Networks = append(c.Networks, n)
 				}
 			}
-			return
+			return changes
 		}
 	}
-	r.Changes = append(r.Changes, Change{Mutator: mutator, Rule: rule, Networks: networks})
+	return append(changes, Change{Mutator: mutator, Rule: rule, Networks: networks})
 }
 
 // recordChanges merges this request's changes into kvnet.io/mutations, so a
 // later UPDATE that changes more keeps the record of the first.
 func recordChanges(req *Request) error {
-	if len(req.Changes) == 0 {
+	return recordInto(&req.Meta.Annotations, req.Changes)
+}
+
+// recordPodChanges does the same for a pod: the pod's own kvnet.io/mutations
+// says what kvnet changed in its spec (device resources, node selector).
+func recordPodChanges(req *PodRequest) error {
+	return recordInto(&req.Pod.Annotations, req.Changes)
+}
+
+// recordInto merges changes into the kvnet.io/mutations annotation of the
+// map annotations points at.
+func recordInto(annotations *map[string]string, changes []Change) error {
+	if len(changes) == 0 {
 		return nil
 	}
 	var all []Change
-	if prev := req.Meta.Annotations[MutationsAnnotation]; prev != "" {
+	if prev := (*annotations)[MutationsAnnotation]; prev != "" {
 		// A record we cannot read is replaced, not fatal: it is informational.
 		_ = json.Unmarshal([]byte(prev), &all)
 	}
-	for _, c := range req.Changes {
+	for _, c := range changes {
 		merged := false
 		for i := range all {
 			if all[i].Mutator == c.Mutator && all[i].Rule == c.Rule {
@@ -61,9 +83,9 @@ func recordChanges(req *Request) error {
 	if err != nil {
 		return fmt.Errorf("recording mutations: %w", err)
 	}
-	if req.Meta.Annotations == nil {
-		req.Meta.Annotations = map[string]string{}
+	if *annotations == nil {
+		*annotations = map[string]string{}
 	}
-	req.Meta.Annotations[MutationsAnnotation] = string(b)
+	(*annotations)[MutationsAnnotation] = string(b)
 	return nil
 }

@@ -45,7 +45,8 @@ func RunValidators(ctx context.Context, req *Request, vs []Validator) (field.Err
 	return all, nil
 }
 
-// RunPodMutators runs ms in order.
+// RunPodMutators runs ms in order, then records what they changed in the
+// pod's spec in its kvnet.io/mutations.
 func RunPodMutators(ctx context.Context, req *PodRequest, ms []PodMutator) error {
 	for _, m := range ms {
 		err := step(ctx, "pod mutator", m.Name(), "Pod", func() (bool, error) {
@@ -58,7 +59,7 @@ func RunPodMutators(ctx context.Context, req *PodRequest, ms []PodMutator) error
 			return err
 		}
 	}
-	return nil
+	return recordPodChanges(req)
 }
 
 // step runs one mutator or validator (what names which) for the step

@@ -37,7 +37,24 @@ type Config struct {
 	// Migration configures the migration networks of virt-handler and the
 	// synchronization controllers.
 	Migration Migration `json:"migration,omitempty"`
+	// Resources configures the device resources kvnet adds to virt-launcher
+	// pods for their Multus networks.
+	Resources Resources `json:"resources,omitempty"`
 }
+
+// Resources configures network device-resource injection into
+// virt-launcher pods (mutators.NetworkResources).
+type Resources struct {
+	// Inject is "auto" (the default: add a NAD's resource to the compute
+	// container where nobody else did) or "never".
+	Inject string `json:"inject,omitempty"`
+}
+
+// Values of resources.inject.
+const (
+	InjectAuto  = "auto"
+	InjectNever = "never"
+)
 
 // NetworkRule adds networks to every VM whose namespace and labels match.
 type NetworkRule struct {
@@ -301,6 +318,10 @@ func (c *Config) PersistentIPsEnabled() bool {
 func (c *Config) PrimaryUDNEnabled() bool {
 	return c.PersistentIPsEnabled() && c.PersistentIPs.PrimaryUDN.Enabled
 }
+
+// InjectResources reports whether kvnet adds the device resources of a
+// launcher pod's Multus networks (resources.inject is not "never").
+func (c *Config) InjectResources() bool { return c.Resources.Inject != InjectNever }
 
 // Excluded reports whether kvnet must leave the namespace alone.
 func (c *Config) Excluded(namespace string) bool {

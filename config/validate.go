@@ -25,6 +25,11 @@ func Validate(c *Config) field.ErrorList {
 		errs = append(errs, validateBindingName(p, field.NewPath("vdpa", "bindingPlugin"))...)
 	}
 	errs = append(errs, validateMigration(&c.Migration, field.NewPath("migration"))...)
+	switch c.Resources.Inject {
+	case "", InjectAuto, InjectNever:
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("resources", "inject"), c.Resources.Inject, []string{InjectAuto, InjectNever}))
+	}
 	if nad := c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD; nad != "" {
 		errs = append(errs, validateNADRef(nad, field.NewPath("persistentIPs", "primaryUDN", "defaultNetworkNAD"))...)
 	}

@@ -7,13 +7,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/multus"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/offline"
 )
@@ -133,5 +139,80 @@ func setPath(m map[string]any, segs []string, v any, present bool) {
 		m[segs[len(segs)-1]] = v
 	} else {
 		delete(m, segs[len(segs)-1])
+	}
+}
+
+// The pod webhook patches a pod's spec (node selector, containers'
+// resources) only when a pod mutator recorded a change, so the same contract
+// holds for the launcher-pod mutators that need no VMI: over a launcher pod
+// per example NAD, one attaching all of them, and one where KubeVirt already
+// wrote the resources, the spec changed exactly when changes were recorded,
+// the record reached kvnet.io/mutations, and a second run changes nothing.
+func TestPodChangesAreAlwaysRecorded(t *testing.T) {
+	docs, err := offline.ReadFiles([]string{filepath.Join("..", "examples")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts, err := offline.Facts(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Config{}.Default("")
+	type nadRef struct{ ns, name string }
+	var nads []nadRef
+	for _, d := range docs {
+		if d.Kind != "NetworkAttachmentDefinition" {
+			continue
+		}
+		var m struct {
+			Metadata struct{ Name, Namespace string }
+		}
+		if err := json.Unmarshal(d.Raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		nads = append(nads, nadRef{m.Metadata.Namespace, m.Metadata.Name})
+	}
+	if len(nads) < 3 {
+		t.Fatalf("only %d example NADs", len(nads))
+	}
+	pod := func(networks []string, requests corev1.ResourceList) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "virt-launcher-x", Annotations: map[string]string{multus.NetworksAnnotation: strings.Join(networks, ",")}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: mutators.ComputeContainer, Resources: corev1.ResourceRequirements{Requests: requests}}}},
+		}
+	}
+	var all []string
+	var pods []*corev1.Pod
+	for i, n := range nads {
+		ref := n.ns + "/" + n.name + "@net" + strconv.Itoa(i)
+		all = append(all, ref)
+		pods = append(pods, pod([]string{ref}, nil))
+	}
+	pods = append(pods, pod(all, nil), pod(all, corev1.ResourceList{"intel.com/sriov_netdevice": resource.MustParse("1"), "jaguarmicro.com/jaguar": resource.MustParse("1")}))
+	ms := []chain.PodMutator{mutators.KubeOVNPod{}, mutators.AddressesPod{}, mutators.NetworkResources{}}
+	changedAny := false
+	for i, p := range pods {
+		for run := 1; run <= 2; run++ {
+			before, _ := json.Marshal(p.Spec)
+			req := &chain.PodRequest{Operation: admissionv1.Create, Namespace: p.Namespace, Pod: p, Config: &cfg, Facts: facts}
+			if err := chain.RunPodMutators(context.Background(), req, ms); err != nil {
+				t.Fatalf("pod %d run %d: %v", i, run, err)
+			}
+			after, _ := json.Marshal(p.Spec)
+			changed := !bytes.Equal(before, after)
+			changedAny = changedAny || changed
+			if changed != (len(req.Changes) > 0) {
+				t.Errorf("pod %d run %d: spec changed=%v but recorded %v", i, run, changed, req.Changes)
+			}
+			if changed && !strings.Contains(p.Annotations[chain.MutationsAnnotation], "network-resources") {
+				t.Errorf("pod %d: %s = %q lacks the record", i, chain.MutationsAnnotation, p.Annotations[chain.MutationsAnnotation])
+			}
+			if run == 2 && changed {
+				t.Errorf("pod %d: the second run changed the spec again (not idempotent)", i)
+			}
+		}
+	}
+	if !changedAny {
+		t.Fatal("no example NAD made any pod change: the test proves nothing")
 	}
 }

@@ -11,10 +11,16 @@ import (
 	"strings"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // ResourceNameAnnotation names the device-plugin resource a NAD consumes.
 const ResourceNameAnnotation = "k8s.v1.cni.cncf.io/resourceName"
+
+// NodeSelectorAnnotation is the one node label, "key=value" or "key", that
+// pods attaching the NAD must be scheduled by (network-resources-injector's
+// convention: the network exists only on nodes with that label).
+const NodeSelectorAnnotation = "k8s.v1.cni.cncf.io/nodeSelector"
 
 // Kind is what kind of device a NAD attaches, which decides the interface binding.
 type Kind string
@@ -54,6 +60,37 @@ type Info struct {
 	// ConfigError is set when spec.config does not parse; the other config
 	// fields are then empty.
 	ConfigError error
+	// NodeSelector is the node label of the k8s.v1.cni.cncf.io/nodeSelector
+	// annotation, nil without one. NodeSelectorError says why an annotation
+	// that is there could not be read (NodeSelector is then nil).
+	NodeSelector      *NodeLabel
+	NodeSelectorError error
+}
+
+// NodeLabel is one node label a pod must select.
+type NodeLabel struct{ Key, Value string }
+
+// parseNodeSelector reads the nodeSelector annotation as
+// network-resources-injector does: "key=value", or "key" for an empty
+// value, spaces around either trimmed, one label only. It also checks that
+// the label is one a pod's nodeSelector may carry, so a bad annotation is
+// reported against the NAD rather than as the pod's invalid spec.
+func parseNodeSelector(s string) (*NodeLabel, error) {
+	parts := strings.Split(s, "=")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("annotation %s %q holds more than one label; it takes one key=value", NodeSelectorAnnotation, s)
+	}
+	l := &NodeLabel{Key: strings.TrimSpace(parts[0])}
+	if len(parts) == 2 {
+		l.Value = strings.TrimSpace(parts[1])
+	}
+	if msgs := validation.IsQualifiedName(l.Key); len(msgs) > 0 {
+		return nil, fmt.Errorf("annotation %s %q: key %q: %s", NodeSelectorAnnotation, s, l.Key, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsValidLabelValue(l.Value); len(msgs) > 0 {
+		return nil, fmt.Errorf("annotation %s %q: value %q: %s", NodeSelectorAnnotation, s, l.Value, strings.Join(msgs, "; "))
+	}
+	return l, nil
 }
 
 // Ref is "namespace/name".
@@ -164,6 +201,9 @@ func Parse(nad *nadv1.NetworkAttachmentDefinition) *Info {
 		Name:            nad.Name,
 		ResourceVersion: nad.ResourceVersion,
 		ResourceName:    nad.Annotations[ResourceNameAnnotation],
+	}
+	if sel, ok := nad.Annotations[NodeSelectorAnnotation]; ok {
+		info.NodeSelector, info.NodeSelectorError = parseNodeSelector(sel)
 	}
 	if strings.TrimSpace(nad.Spec.Config) == "" {
 		// A NAD without config delegates to a CNI config file on the node.

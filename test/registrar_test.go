@@ -31,7 +31,7 @@ func TestPodWebhooksFollowConfigWithoutReinstall(t *testing.T) {
 		}
 		return c
 	}
-	off := parse("persistentIPs:\n  enabled: false\n")
+	off := parse("persistentIPs:\n  enabled: false\nresources:\n  inject: never\n")
 	on := parse("migration:\n  inCluster:\n    nad: kvnet-system/migration\n    pool:\n      cidr: 10.91.0.0/24\n")
 
 	// Installed as the chart renders it for `off`: no pod webhooks. The
@@ -110,7 +110,7 @@ func TestPodWebhooksFollowConfigWithoutReinstall(t *testing.T) {
 	if err := env.Client.Update(ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	src.Set(parse("persistentIPs:\n  enabled: false\n"))
+	src.Set(parse("persistentIPs:\n  enabled: false\nresources:\n  inject: never\n"))
 	framework.Eventually(t, "the hand-added launcher-pods webhook removed", 30*time.Second, func() error {
 		if _, names := stored(); !slices.Equal(names, vmOnly) {
 			return fmt.Errorf("webhooks %v", names)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -24,11 +25,13 @@ import (
 // selects the pods (objectSelector on KubeVirt's labels), so it never sees a
 // pod that is not KubeVirt's.
 //
-// Pod mutators read a pod's metadata and where it runs, and write only its
-// labels and annotations. So the handler decodes just that part of the pod
-// (no containers, volumes or managedFields) and builds the patch from the
-// keys the mutators changed: a launcher pod's whole answer is usually one
-// replace of /metadata/annotations/k8s.v1.cni.cncf.io~1networks.
+// Pod mutators read a pod's metadata and where it runs, and write its
+// labels and annotations, append containers and volumes, and (recording it,
+// chain.PodRequest.Record) add to the node selector and the containers'
+// resources. So the handler decodes just that part of the pod (of the
+// containers names, mounts and resources; no managedFields) and builds the
+// patch from what the mutators changed: a launcher pod's whole answer is
+// usually one replace of /metadata/annotations/k8s.v1.cni.cncf.io~1networks.
 type PodMutator struct {
 	// Name labels metrics and logs, e.g. "launcher-pods".
 	Name     string
@@ -81,6 +84,7 @@ func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request, view 
 	}
 	annotations, labels := maps.Clone(pod.Annotations), maps.Clone(pod.Labels)
 	containers, volumes := entryNames(pod.Spec.Containers, containerName), entryNames(pod.Spec.Volumes, volumeName)
+	resources := copyResources(&pod.Spec)
 	if err := chain.RunPodMutators(ctx, pr, h.Mutators); err != nil {
 		return errorResponse(ctx, err, pr.Warnings)
 	}
@@ -92,6 +96,9 @@ func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request, view 
 	}
 	ops := podOps(present, annotations, labels, pod)
 	ops = append(ops, specOps(present, pod, len(containers), len(volumes))...)
+	if len(pr.Changes) > 0 && present.spec {
+		ops = append(ops, resourceOps(present, resources, &pod.Spec)...)
+	}
 	if len(ops) > 0 {
 		logf.FromContext(ctx).V(1).Info("mutated pod", "operations", len(ops))
 	}
@@ -177,6 +184,68 @@ func entryNames[T any](s []T, name func(*T) string) []string {
 func containerName(c *corev1.Container) string { return c.Name }
 func volumeName(v *corev1.Volume) string       { return v.Name }
 
+// podResources is what the pod mutators may change in the pod's spec
+// besides appending containers and volumes, as it was before them: the node
+// selector and the existing containers' resources.
+type podResources struct {
+	nodeSelector     map[string]string
+	requests, limits []corev1.ResourceList
+}
+
+func copyResources(s *corev1.PodSpec) podResources {
+	c := podResources{nodeSelector: maps.Clone(s.NodeSelector)}
+	if len(s.Containers) > 0 {
+		c.requests, c.limits = make([]corev1.ResourceList, len(s.Containers)), make([]corev1.ResourceList, len(s.Containers))
+		for i := range s.Containers {
+			c.requests[i], c.limits[i] = maps.Clone(s.Containers[i].Resources.Requests), maps.Clone(s.Containers[i].Resources.Limits)
+		}
+	}
+	return c
+}
+
+// resourceOps is the patch for what the mutators changed in the pod's node
+// selector and its existing containers' resources (before: the copy taken
+// before them; appended containers are added whole by specOps). Like the
+// annotations, a member the pod lacks is added whole; a resource or label
+// is added, replaced or removed by its own key. Mutators record such a
+// change (chain.PodRequest.Record); unrecorded, it is not looked for.
+func resourceOps(present podPresence, before podResources, after *corev1.PodSpec) []jsonpatch.Operation {
+	ops := patch.StringMap("/spec/nodeSelector", present.nodeSelector, before.nodeSelector, after.NodeSelector)
+	for i := range before.requests {
+		r := &after.Containers[i].Resources
+		base := "/spec/containers/" + strconv.Itoa(i) + "/resources"
+		if !present.resources[i] {
+			res := map[string]map[string]string{}
+			if len(r.Requests) > 0 {
+				res["requests"] = quantities(r.Requests)
+			}
+			if len(r.Limits) > 0 {
+				res["limits"] = quantities(r.Limits)
+			}
+			if len(res) > 0 {
+				ops = append(ops, jsonpatch.Operation{Operation: "add", Path: base, Value: res})
+			}
+			continue
+		}
+		ops = append(ops, patch.StringMap(base+"/requests", present.requests[i], quantities(before.requests[i]), quantities(r.Requests))...)
+		ops = append(ops, patch.StringMap(base+"/limits", present.limits[i], quantities(before.limits[i]), quantities(r.Limits))...)
+	}
+	return ops
+}
+
+// quantities is a resource list as the API writes it: each quantity in its
+// canonical string form.
+func quantities(l corev1.ResourceList) map[string]string {
+	if l == nil {
+		return nil
+	}
+	out := make(map[string]string, len(l))
+	for k, q := range l {
+		out[string(k)] = q.String()
+	}
+	return out
+}
+
 // podView is the part of a pod the pod mutators read. Decoding only this
 // skips the containers, volumes and managedFields that make up most of a
 // virt-launcher pod; unknown and unread fields stay in the request's object,
@@ -184,13 +253,19 @@ func volumeName(v *corev1.Volume) string       { return v.Name }
 type podView struct {
 	Metadata *objectMeta `json:"metadata"`
 	Spec     *struct {
-		NodeName string           `json:"nodeName"`
-		Affinity *corev1.Affinity `json:"affinity"`
+		NodeName     string            `json:"nodeName"`
+		Affinity     *corev1.Affinity  `json:"affinity"`
+		NodeSelector map[string]string `json:"nodeSelector"`
 		// Of containers and volumes only what a sidecar injection needs
-		// to stay idempotent: names, and the mounts it copies.
+		// to stay idempotent (names, and the mounts it copies) and the
+		// resources mutators.NetworkResources adds to.
 		Containers []struct {
 			Name         string               `json:"name"`
 			VolumeMounts []corev1.VolumeMount `json:"volumeMounts"`
+			Resources    *struct {
+				Requests corev1.ResourceList `json:"requests"`
+				Limits   corev1.ResourceList `json:"limits"`
+			} `json:"resources"`
 		} `json:"containers"`
 		Volumes []struct {
 			Name string `json:"name"`
@@ -200,7 +275,11 @@ type podView struct {
 
 // podPresence tells which members the admitted pod has (not missing, not
 // null), so the patch adds a map or list whole where the pod lacks it.
-type podPresence struct{ metadata, annotations, labels, spec, containers, volumes bool }
+// The per-container slices are indexed like spec.containers.
+type podPresence struct {
+	metadata, annotations, labels, spec, containers, volumes, nodeSelector bool
+	resources, requests, limits                                            []bool
+}
 
 // decodePodView decodes the part of raw the pod mutators read into a
 // corev1.Pod, whose other fields stay empty, or takes it from view, the
@@ -220,9 +299,17 @@ func decodePodView(raw []byte, view any) (*corev1.Pod, podPresence, error) {
 	pod := &corev1.Pod{}
 	var present podPresence
 	if sp := v.Spec; sp != nil {
-		pod.Spec.NodeName, pod.Spec.Affinity = sp.NodeName, sp.Affinity
-		for _, c := range sp.Containers {
-			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts})
+		pod.Spec.NodeName, pod.Spec.Affinity, pod.Spec.NodeSelector = sp.NodeName, sp.Affinity, sp.NodeSelector
+		present.nodeSelector = sp.NodeSelector != nil
+		n := len(sp.Containers)
+		present.resources, present.requests, present.limits = make([]bool, n), make([]bool, n), make([]bool, n)
+		for i, c := range sp.Containers {
+			pc := corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts}
+			if r := c.Resources; r != nil {
+				pc.Resources = corev1.ResourceRequirements{Requests: r.Requests, Limits: r.Limits}
+				present.resources[i], present.requests[i], present.limits[i] = true, r.Requests != nil, r.Limits != nil
+			}
+			pod.Spec.Containers = append(pod.Spec.Containers, pc)
 		}
 		for _, vol := range sp.Volumes {
 			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: vol.Name})

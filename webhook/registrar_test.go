@@ -21,7 +21,7 @@ func parseConfig(t *testing.T, yaml string) *config.Config {
 }
 
 const (
-	noPodFeatures  = "persistentIPs:\n  enabled: false\n"
+	noPodFeatures  = "persistentIPs:\n  enabled: false\nresources:\n  inject: never\n"
 	allPodFeatures = `migration:
   inCluster:
     nad: kvnet-system/migration

@@ -39,10 +39,11 @@ type Registration struct {
 }
 
 // For sets the pod webhooks the config needs: launcher pods for persistent
-// IPs (the IPAMClaim reference) or kube-ovn's legacy live migration, and
-// migration pods only when a migration network is configured.
+// IPs (the IPAMClaim reference), kube-ovn's legacy live migration or the
+// network device resources (resources.inject not "never"), and migration
+// pods only when a migration network is configured.
 func (r Registration) For(c *config.Config) Registration {
-	r.LauncherPods = c.PersistentIPsEnabled() || c.KubeOVN.LegacyLiveMigration
+	r.LauncherPods = c.PersistentIPsEnabled() || c.KubeOVN.LegacyLiveMigration || c.InjectResources()
 	r.MigrationPods = c.Migration.Enabled()
 	return r
 }

@@ -20,11 +20,13 @@ func TestPodWebhooksOnlyWhenConfigNeedsThem(t *testing.T) {
 		yaml string
 		want []string
 	}{
-		"persistent IPs off, nothing else": {`persistentIPs: {enabled: false}`, vmHooks},
-		"persistent IPs on (the default)":  {``, append(slices.Clone(vmHooks), "launcher-pods.mutate.kvnet.io")},
-		"kube-ovn legacy migration only": {"persistentIPs: {enabled: false}\nkubeOVN: {legacyLiveMigration: true}",
+		"persistent IPs off, nothing else": {"persistentIPs: {enabled: false}\nresources: {inject: never}", vmHooks},
+		"persistent IPs off, resources injected (the default)": {`persistentIPs: {enabled: false}`,
 			append(slices.Clone(vmHooks), "launcher-pods.mutate.kvnet.io")},
-		"a migration network, persistent IPs off": {"persistentIPs: {enabled: false}\nmigration: {inCluster: {nad: kubevirt/migration, pool: {cidr: 10.10.0.0/24}}}",
+		"persistent IPs on (the default)": {``, append(slices.Clone(vmHooks), "launcher-pods.mutate.kvnet.io")},
+		"kube-ovn legacy migration only": {"persistentIPs: {enabled: false}\nresources: {inject: never}\nkubeOVN: {legacyLiveMigration: true}",
+			append(slices.Clone(vmHooks), "launcher-pods.mutate.kvnet.io")},
+		"a migration network, persistent IPs off": {"persistentIPs: {enabled: false}\nresources: {inject: never}\nmigration: {inCluster: {nad: kubevirt/migration, pool: {cidr: 10.10.0.0/24}}}",
 			append(slices.Clone(vmHooks), "migration-pods.mutate.kvnet.io")},
 		"everything": {"kubeOVN: {legacyLiveMigration: true}\nmigration: {inCluster: {nad: kubevirt/migration, pool: {cidr: 10.10.0.0/24}}}",
 			append(slices.Clone(vmHooks), "launcher-pods.mutate.kvnet.io", "migration-pods.mutate.kvnet.io")},

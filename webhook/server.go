@@ -48,7 +48,9 @@ func NewHandlers(cfg *config.Source, facts lookup.Facts, o HandlerOptions) Handl
 		PathValidateVM:  &VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: validators.Default()},
 		PathValidateVMI: &VMValidator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Validators: validators.Default()},
 	}
-	launcher := append([]chain.PodMutator{mutators.KubeOVNPod{}, mutators.AddressesPod{}}, o.LauncherPodMutators...)
+	// NetworkResources last: it reads the Multus annotations as the others
+	// leave them.
+	launcher := append(append([]chain.PodMutator{mutators.KubeOVNPod{}, mutators.AddressesPod{}}, o.LauncherPodMutators...), mutators.NetworkResources{})
 	h[PathMutateLauncherPods] = &PodMutator{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: launcher}
 	h[PathMutateMigrationPods] = &PodMutator{Name: "migration-pods", Config: cfg, Facts: facts, Mutators: o.MigrationPodMutators}
 	return h

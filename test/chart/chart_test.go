@@ -150,9 +150,10 @@ monitoring:
 `},
 	// Nothing needs a pod webhook: none is registered, so a kvnet outage
 	// cannot stop a single pod.
-	"persistent IPs off, no kube-ovn, no migration network": {release: "vmonly", namespace: "vmonly-system", values: `
+	"persistent IPs off, no resources, no kube-ovn, no migration network": {release: "vmonly", namespace: "vmonly-system", values: `
 config:
   persistentIPs: {enabled: false}
+  resources: {inject: never}
 `},
 	"migration proxy on": {release: "kvnet", namespace: "kvnet-proxy", values: `
 migrationProxy: {enabled: true, replicas: 2, dialTimeout: 5s}

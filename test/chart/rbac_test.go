@@ -174,6 +174,7 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 		cfgDoc = map[string]any{}
 	}
 	cfgDoc["persistentIPs"] = map[string]any{"enabled": false}
+	cfgDoc["resources"] = map[string]any{"inject": "never"}
 	edited, err := yaml.Marshal(cfgDoc)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,226 @@
+package mutators
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/netattach"
+)
+
+// ComputeContainer is the virt-launcher pod's container that runs the VM,
+// where KubeVirt asks for the VM's devices.
+const ComputeContainer = "compute"
+
+var resourcesAdded = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "kvnet_launcher_resources_added_total",
+	Help: "Device-plugin resources kvnet added to virt-launcher pods' compute containers for their Multus networks (one per resource name and pod; a resource already set is not counted).",
+})
+
+func init() { metrics.Registry.MustRegister(resourcesAdded) }
+
+// NetworkResources gives a virt-launcher pod the device-plugin resources of
+// its Multus networks: for each attachment (an element of
+// k8s.v1.cni.cncf.io/networks, or the v1.multus-cni.io/default-network
+// element) whose NAD has a k8s.v1.cni.cncf.io/resourceName, one unit of that
+// resource in the compute container's requests and limits, summed per
+// resource. Without it the SR-IOV or vDPA device plugin allocates nothing,
+// and the CNI fails the pod for lack of a device.
+//
+// KubeVirt used to do this itself; since v1.8 its ExternalNetResourceInjection
+// feature gate (Beta, so on by default in v1.9) stops virt-controller from
+// reading NADs and leaves the resources to a webhook, as
+// network-resources-injector is. kvnet already caches every NAD, so it needs
+// no API call here.
+//
+// It steps aside per resource: a resource that any container already
+// requests or limits is left as it is. That is the case when KubeVirt writes
+// it (the gate switched off in the KubeVirt CR, or a KubeVirt before v1.8),
+// when network-resources-injector ran first, and when kvnet itself ran
+// before (the API server's reinvocation): no resource is ever counted twice.
+//
+// The NAD's k8s.v1.cni.cncf.io/nodeSelector annotation, one "key=value"
+// node label, is added to the pod's nodeSelector as network-resources-
+// injector adds it (for any attachment, with or without a resource). Where
+// the pod, or another of its NADs, already selects the same key with
+// another value the pod is refused (403) naming both: network-resources-
+// injector overwrites the value, which would move the VM off the nodes its
+// owner chose, and keeping the pod's value would schedule it where the
+// network is not. A malformed annotation refuses the pod too, naming the
+// NAD, as network-resources-injector does.
+//
+// Only on CREATE: a pod's resources and node selector cannot change later,
+// and a NIC hotplugged into a running VM gets its device through the
+// migration KubeVirt starts, whose target pod is created.
+type NetworkResources struct{}
+
+// Name implements chain.PodMutator.
+func (NetworkResources) Name() string { return "network-resources" }
+
+// attachment is one Multus attachment of the pod and its NAD.
+type attachment struct {
+	ref  string // "namespace/name" of the NAD
+	info *netattach.Info
+}
+
+// MutatePod implements chain.PodMutator.
+func (m NetworkResources) MutatePod(ctx context.Context, req *chain.PodRequest) error {
+	pod := req.Pod
+	if req.Operation != admissionv1.Create || !req.Config.InjectResources() || pod.Annotations[chain.SkipAnnotation] == "true" {
+		return nil
+	}
+	atts, err := m.attachments(ctx, req)
+	if err != nil || len(atts) == 0 {
+		return err
+	}
+	log := logf.FromContext(ctx)
+
+	// Node selector first: a refusal must not leave half a change behind.
+	want := map[string]string{}
+	from := map[string]string{}
+	var selNets []string
+	for _, a := range atts {
+		if a.info.NodeSelectorError != nil {
+			return chain.RefuseForbidden(fmt.Sprintf("NetworkAttachmentDefinition %s: %v; fix the annotation, or remove it", a.ref, a.info.NodeSelectorError))
+		}
+		l := a.info.NodeSelector
+		if l == nil {
+			continue
+		}
+		if v, ok := want[l.Key]; ok && v != l.Value {
+			return chain.RefuseForbidden(fmt.Sprintf("the pod's networks ask for two values of node label %q: %q (NetworkAttachmentDefinition %s) and %q (%s), through their %s annotations; no node has both", l.Key, v, from[l.Key], l.Value, a.ref, netattach.NodeSelectorAnnotation))
+		}
+		want[l.Key], from[l.Key] = l.Value, a.ref
+		if v, ok := pod.Spec.NodeSelector[l.Key]; ok && v != l.Value {
+			return chain.RefuseForbidden(fmt.Sprintf("the pod selects nodes with %s=%q, but NetworkAttachmentDefinition %s exists only on nodes with %s=%q (its %s annotation); change the VM's nodeSelector or the network", l.Key, v, a.ref, l.Key, l.Value, netattach.NodeSelectorAnnotation))
+		}
+		selNets = appendOnce(selNets, a.ref)
+	}
+
+	counts := map[corev1.ResourceName]int64{}
+	var order []corev1.ResourceName
+	nets := map[corev1.ResourceName][]string{}
+	for _, a := range atts {
+		if a.info.ResourceName == "" {
+			continue
+		}
+		r := corev1.ResourceName(a.info.ResourceName)
+		if counts[r] == 0 {
+			order = append(order, r)
+		}
+		counts[r]++
+		nets[r] = appendOnce(nets[r], a.ref)
+	}
+	compute := -1
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == ComputeContainer {
+			compute = i
+		}
+	}
+	var added []corev1.ResourceName
+	if len(order) > 0 && compute < 0 {
+		req.Warn("kvnet found no %q container in the pod, so it adds no device resources for its networks", ComputeContainer)
+		order = nil
+	}
+	for _, r := range order {
+		if set := requestedBy(pod.Spec.Containers, r); set != "" {
+			log.V(1).Info("device resource already set; not adding it", "resource", r, "container", set, "attachments", counts[r])
+			continue
+		}
+		c := &pod.Spec.Containers[compute].Resources
+		if c.Requests == nil {
+			c.Requests = corev1.ResourceList{}
+		}
+		if c.Limits == nil {
+			c.Limits = corev1.ResourceList{}
+		}
+		q := *resource.NewQuantity(counts[r], resource.DecimalSI)
+		c.Requests[r], c.Limits[r] = q, q
+		added = append(added, r)
+		req.Record(m.Name(), nets[r]...)
+	}
+	for k, v := range want {
+		if _, ok := pod.Spec.NodeSelector[k]; ok {
+			continue // the same value: checked above
+		}
+		if pod.Spec.NodeSelector == nil {
+			pod.Spec.NodeSelector = map[string]string{}
+		}
+		pod.Spec.NodeSelector[k] = v
+		req.Record(m.Name(), selNets...)
+	}
+	if len(added) > 0 {
+		resourcesAdded.Add(float64(len(added)))
+		log.V(1).Info("added network device resources to the compute container", "resources", added)
+	}
+	return nil
+}
+
+// attachments lists the pod's Multus attachments whose NAD kvnet knows, in
+// annotation order, the default network's first. A NAD that is missing
+// costs only its attachment (with a warning): Multus fails such a pod
+// anyway, and with a message that names the NAD.
+func (NetworkResources) attachments(ctx context.Context, req *chain.PodRequest) ([]attachment, error) {
+	var elems []*multus.Element
+	for _, a := range []struct {
+		key   string
+		parse func(string) ([]*multus.Element, error)
+	}{{multus.DefaultNetworkAnnotation, multus.ParseDefaultNetwork}, {multus.NetworksAnnotation, multus.Parse}} {
+		raw := req.Pod.Annotations[a.key]
+		if raw == "" {
+			continue
+		}
+		es, err := a.parse(raw)
+		if err != nil {
+			// The pod is KubeVirt's; a broken annotation is Multus' to refuse.
+			req.Warn("kvnet cannot read %s, so it adds no device resources for it: %v", a.key, err)
+			continue
+		}
+		elems = append(elems, es...)
+	}
+	out := make([]attachment, 0, len(elems))
+	for _, e := range elems {
+		ns := e.Namespace()
+		if ns == "" {
+			ns = req.Namespace
+		}
+		info, err := req.Facts.NAD(ctx, ns, e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ns, e.Name(), err)
+		}
+		if info == nil {
+			req.Warn("NetworkAttachmentDefinition %s/%s does not exist; kvnet adds no device resource or node selector for it", ns, e.Name())
+			continue
+		}
+		out = append(out, attachment{ref: ns + "/" + e.Name(), info: info})
+	}
+	return out, nil
+}
+
+// requestedBy names the first container that requests or limits r, or "".
+func requestedBy(cs []corev1.Container, r corev1.ResourceName) string {
+	for i := range cs {
+		_, req := cs[i].Resources.Requests[r]
+		_, lim := cs[i].Resources.Limits[r]
+		if req || lim {
+			return cs[i].Name
+		}
+	}
+	return ""
+}
+
+func appendOnce(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
