@@ -71,7 +71,7 @@ func udnPod(extra map[string]string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: udnNS, Name: "virt-launcher-web-abcde", Annotations: a}}
 }
 
-func udnConfig(t *testing.T, y string) *config.Config {
+func udnConfig(t testing.TB, y string) *config.Config {
 	t.Helper()
 	c, err := config.Parse([]byte(y), "kvnet-system")
 	if err != nil {

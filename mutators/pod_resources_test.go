@@ -183,7 +183,7 @@ func TestNetworkResources(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg := mustCfg(t, c.cfg)
+			cfg := udnConfig(t, c.cfg)
 			op := c.op
 			if op == "" {
 				op = admissionv1.Create
@@ -251,20 +251,11 @@ func podSpecEqual(a, b *corev1.Pod) bool {
 	return true
 }
 
-func mustCfg(t testing.TB, y string) *config.Config {
-	t.Helper()
-	c, err := config.Parse([]byte(y), "kvnet-system")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // BenchmarkNetworkResources is the launcher-pod path of an SR-IOV VM with
 // two VFs and a vDPA device, against ClaimRefs on the same pod shape (the
 // launcher-pod mutator kvnet already ran on every pod) as the baseline.
 func BenchmarkNetworkResources(b *testing.B) {
-	cfg := mustCfg(b, "")
+	cfg := udnConfig(b, "")
 	facts := nrFacts()
 	ctx := context.Background()
 	p := nrPod{networks: `[{"name":"vf","interface":"a"},{"name":"vf2","interface":"b"},{"name":"vd","interface":"c"}]`, requests: rl("cpu", "100m", "memory", "1Gi")}
