@@ -192,7 +192,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		say("    left out: KubeVirt's steps (virt-controller, virt-api); `make kubevirt`, then `make demo` again")
 	}
 	if o.Keep {
-		say("    the control plane and kvnet keep running: KUBECONFIG=%s (kvnet log: %s)", kcPath, filepath.Join(o.Dir, "kvnet.log"))
+		running := "the control plane and kvnet keep"
+		if withKubeVirt {
+			running = "the control plane, kvnet, virt-controller and virt-api keep"
+		}
+		say("    %s running: KUBECONFIG=%s (kvnet log: %s)", running, kcPath, filepath.Join(o.Dir, "kvnet.log"))
 		say("    Ctrl-C or `make demo-down` stops everything")
 		select {
 		case <-ctx.Done():
