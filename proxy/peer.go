@@ -128,7 +128,8 @@ func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byt
 	cfg := tlsBase(d.Cert)
 	cfg.RootCAs = peer.CAs
 	cfg.ServerName = peer.serverName()
-	tc := tls.Client(raw, cfg)
+	under, records := underTLS(raw)
+	tc := tls.Client(under, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
 		return nil, fmt.Errorf("TLS handshake with peer %s: %w", peer.Name, err)
@@ -139,6 +140,13 @@ func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byt
 	}
 	var conn net.Conn = tc
 	if d.Mode == ModeAuthenticated {
+		// The verdict and the stream are plain bytes on raw: TLS must
+		// not have read any of them (the peer sends none before it has
+		// our preamble, which follows the handshake).
+		if records != nil && records.unread() > 0 {
+			_ = raw.Close()
+			return nil, fmt.Errorf("peer %s: %w", peer.Name, errUnreadAfterPreamble)
+		}
 		conn = raw
 	}
 	if err := readVerdict(conn); err != nil {

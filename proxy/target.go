@@ -116,7 +116,8 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	defer raw.Close()
 	log := s.Log.WithValues("client", raw.RemoteAddr().String())
 	_ = raw.SetDeadline(time.Now().Add(orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout)))
-	tc := tls.Server(raw, s.tlsConfig())
+	under, records := underTLS(raw)
+	tc := tls.Server(under, s.tlsConfig())
 	if err := tc.HandshakeContext(ctx); err != nil {
 		var hr *handshakeRefusal
 		if errors.As(err, &hr) {
@@ -138,6 +139,12 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	verdict := net.Conn(tc)
 	if pre.Mode == ModeAuthenticated {
 		verdict = raw
+		// The source sends nothing after its preamble until it has the
+		// verdict; bytes TLS already buffered would be lost to the splice.
+		if records != nil && records.unread() > 0 {
+			s.refuse(log, peer.Name, RefusedBadPreamble, errUnreadAfterPreamble)
+			return
+		}
 	}
 	deny := func(r Refusal, err error) {
 		s.refuse(log, peer.Name, r, err)
