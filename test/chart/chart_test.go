@@ -142,7 +142,7 @@ config:
       pool: {cidr: 10.10.0.0/24}
 `},
 	"alerts and dashboard on, migration proxy on": {release: "kvnet", namespace: "kvnet-mon", values: `
-migrationProxy: {enabled: true}
+migrationProxy: {enabled: true, sidecar: {enabled: false}}
 metrics: {serviceMonitor: {enabled: true}}
 monitoring:
   prometheusRule: {enabled: true, labels: {release: prometheus}, alertLabels: {team: network}}
@@ -155,13 +155,29 @@ config:
   persistentIPs: {enabled: false}
   resources: {inject: never}
 `},
-	"migration proxy on": {release: "kvnet", namespace: "kvnet-proxy", values: `
-migrationProxy: {enabled: true, replicas: 2, dialTimeout: 5s}
+	"migration proxy as a separate Deployment": {release: "kvnet", namespace: "kvnet-proxy", values: `
+migrationProxy: {enabled: true, sidecar: {enabled: false}, replicas: 2, dialTimeout: 5s}
 `},
-	"migration proxy on with a fixed address": {release: "xc", namespace: "xc-system", values: `
-migrationProxy: {enabled: true, replicas: 1, advertiseAddress: 192.0.2.10}
+	"migration proxy as a separate Deployment with a fixed address": {release: "xc", namespace: "xc-system", values: `
+migrationProxy: {enabled: true, sidecar: {enabled: false}, replicas: 1, advertiseAddress: 192.0.2.10}
 `},
+	"migration proxy in sidecar mode (the default) with peers": {release: "kvnet", namespace: "kvnet-sidecar", values: sidecarValues},
 }
+
+// sidecarValues is sidecar mode with a peer, KubeVirt in namespace
+// kv-sidecar (where the peers ConfigMap goes).
+const sidecarValues = `
+migrationProxy:
+  enabled: true
+  sidecar: {namespace: kv-sidecar}
+  certSecret: proxy-cert
+  allowedSources: [10.10.0.0/24]
+  peers: [{name: east, addresses: ["10.20.1.10:9444", "10.20.1.11:9444"], caBundle: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"}]
+config:
+  migration:
+    inCluster: {nad: kv-sidecar/migration, pool: {cidr: 10.10.0.0/24}}
+    crossCluster: {nad: kv-sidecar/crosscluster, addresses: [10.20.0.10/24, 10.20.0.11/24, 10.20.0.12/24]}
+`
 
 // Every case lints, renders, carries a config kvnet accepts, and every
 // object it renders is created by the real API server with strict field
@@ -179,12 +195,16 @@ func TestChartMatrixInstallsOnAPIServer(t *testing.T) {
 // Values the schema must refuse, each with the words helm must say.
 func TestChartRefusesBadValues(t *testing.T) {
 	for values, want := range map[string]string{
-		"certs: {mode: vault}":                      "/certs/mode",
-		"webhooks: {timeoutSeconds: 60}":            "/webhooks/timeoutSeconds",
-		"webhooks: {failurePolicy: fail}":           "/webhooks/failurePolicy",
-		"replicas: 3":                               "replicas",
-		"certs: {selfManaged: {caLifetime: 1y}}":    "/certs/selfManaged/caLifetime",
-		"config: {excludedNamespaces: kube-system}": "/config/excludedNamespaces",
+		"certs: {mode: vault}":                         "/certs/mode",
+		"webhooks: {timeoutSeconds: 60}":               "/webhooks/timeoutSeconds",
+		"webhooks: {failurePolicy: fail}":              "/webhooks/failurePolicy",
+		"replicas: 3":                                  "replicas",
+		"certs: {selfManaged: {caLifetime: 1y}}":       "/certs/selfManaged/caLifetime",
+		"config: {excludedNamespaces: kube-system}":    "/config/excludedNamespaces",
+		"migrationProxy: {sidecar: {namespace: \"\"}}": "/migrationProxy/sidecar/namespace",
+		// Not a schema error: the template refuses sidecar mode without
+		// the migration networks it runs on.
+		"migrationProxy: {enabled: true}": "migrationProxy.sidecar.enabled",
 	} {
 		t.Run(values, func(t *testing.T) {
 			_, err := helm(t, values, "template", "kvnet", chart, "--kube-version", kubeVersion)
@@ -336,6 +356,16 @@ func install(t *testing.T, c chartCase, objs []*unstructured.Unstructured) {
 		t.Fatalf("namespace: %v", err)
 	}
 	t.Cleanup(func() { _ = cl.Delete(ctx, ns) })
+	// Sidecar mode renders the proxy's peers into KubeVirt's namespace.
+	for _, o := range objs {
+		if n := o.GetNamespace(); n != "" && n != c.namespace {
+			other := &corev1.Namespace{}
+			other.Name = n
+			if err := cl.Create(ctx, other); err == nil {
+				t.Cleanup(func() { _ = cl.Delete(ctx, other) })
+			}
+		}
+	}
 	for _, o := range objs {
 		if err := cl.Create(ctx, o, client.FieldValidation("Strict")); err != nil {
 			t.Errorf("creating %s %s: %v", o.GetKind(), o.GetName(), err)

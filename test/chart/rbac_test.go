@@ -16,6 +16,7 @@ import (
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -258,5 +260,153 @@ func wait(t *testing.T, what string, deadline time.Duration, exited <-chan struc
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Sidecar mode: `kvnet proxy`, started with exactly the arguments of the
+// container kvnet's webhook injects (from the rendered config), as the
+// synchronization controller's ServiceAccount, syncs its caches and wins
+// the proxy's Lease in kvnet's namespace with the chart's RBAC alone. The
+// same RBAC lets that ServiceAccount write the mappings ConfigMap, the one
+// object the status rewrite trusts, and nobody else but kvnet itself: not
+// virt-handler, not virt-controller, not a user; nor may the sync
+// controller's ServiceAccount touch kvnet's other Lease or ConfigMaps by
+// name.
+func TestChartRBACIsEnoughToRunTheProxySidecar(t *testing.T) {
+	ctx := t.Context()
+	c := chartCase{release: "kvnet", namespace: "rbac-sidecar", values: `
+migrationProxy: {enabled: true, sidecar: {namespace: rbac-kubevirt}}
+config:
+  migration:
+    inCluster: {nad: rbac-kubevirt/migration, pool: {cidr: 10.10.0.0/24}}
+    crossCluster: {nad: rbac-kubevirt/crosscluster, addresses: [10.20.0.10/24, 10.20.0.11/24]}
+`}
+	objs := render(t, c)
+	install(t, c, objs)
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && strings.Contains(o.GetName(), "migration-proxy") {
+			t.Fatalf("sidecar mode rendered a proxy Deployment %s", o.GetName())
+		}
+	}
+	var cm corev1.ConfigMap
+	decodeKind(t, objs, "ConfigMap", &cm)
+	cfg, err := config.Parse([]byte(cm.Data["config.yaml"]), c.namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := cfg.Migration.ProxySidecar
+	if ps == nil || !ps.Enabled || ps.Container.Name != "kvnet-proxy" {
+		t.Fatalf("the rendered config has no proxy sidecar: %+v", ps)
+	}
+	sa := "system:serviceaccount:rbac-kubevirt:kubevirt-synchronization-controller"
+
+	kvnet := filepath.Join(t.TempDir(), "kvnet")
+	build := exec.Command("go", "build", "-o", kvnet, "./cmd/kvnet")
+	build.Dir = framework.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building kvnet: %v\n%s", err, out)
+	}
+	// Only what this machine lacks changes (no migration0 here); later
+	// flags win.
+	args := append(append([]string{}, ps.Container.Args...), "--advertise-address=127.0.0.1",
+		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", framework.FreePort(t)))
+	cmd := exec.Command(kvnet, args...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	// POD_NAMESPACE is KubeVirt's, as in the sync controller's pod: the
+	// container's own --namespace must point it at kvnet's.
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE=rbac-kubevirt",
+		"KUBECONFIG="+impersonatingKubeconfig(t, sa, "system:serviceaccounts", "system:serviceaccounts:rbac-kubevirt", "system:authenticated"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("kvnet proxy's log:\n%s", logs.String())
+		}
+	})
+	wait(t, "the proxy's Lease in kvnet's namespace", time.Minute, done, &waitErr, func() error {
+		var l coordinationv1.Lease
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: "kvnet-migration-proxy"}, &l); err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return fmt.Errorf("lease has no holder")
+		}
+		return nil
+	})
+	wait(t, "the proxy's controller to start (its caches synced)", time.Minute, done, &waitErr, func() error {
+		if !strings.Contains(logs.String(), "Starting workers") {
+			return fmt.Errorf("no \"Starting workers\" yet")
+		}
+		return nil
+	})
+	if strings.Contains(logs.String(), "forbidden") {
+		t.Errorf("kvnet proxy was refused a request (RBAC):\n%s", grepLines(logs.String(), "forbidden"))
+	}
+
+	can := func(user string, groups []string, verb, group, resource, ns, name string) bool {
+		t.Helper()
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Namespace: ns, Name: name},
+		}}
+		if err := cl.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		return sar.Status.Allowed
+	}
+	saGroups := func(ns string) []string {
+		return []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	const mappings = "kvnet-migration-proxy-mappings"
+	for _, verb := range []string{"get", "update", "patch"} {
+		if !can(sa, saGroups("rbac-kubevirt"), verb, "", "configmaps", c.namespace, mappings) {
+			t.Errorf("the sync controller's ServiceAccount may not %s the mappings ConfigMap", verb)
+		}
+	}
+	if !can(sa, saGroups("rbac-kubevirt"), "patch", "kubevirt.io", "virtualmachineinstances", "tenant", "vm1") {
+		t.Errorf("the sync controller's ServiceAccount may not patch a VMI's trigger annotation")
+	}
+	// Nobody else writes the mappings: KubeVirt's other identities, the
+	// separate proxy's ServiceAccount (not bound in sidecar mode), a user.
+	// kvnet's own webhook ServiceAccount can (it manages the allocation
+	// ConfigMaps in its namespace, whose names RBAC cannot list), but it is
+	// the process that serves the rewrite: it gains nothing by writing what
+	// it reads.
+	for _, who := range []struct {
+		user   string
+		groups []string
+	}{
+		{"system:serviceaccount:rbac-kubevirt:kubevirt-handler", saGroups("rbac-kubevirt")},
+		{"system:serviceaccount:rbac-kubevirt:kubevirt-controller", saGroups("rbac-kubevirt")},
+		{"system:serviceaccount:" + c.namespace + ":kvnet-migration-proxy", saGroups(c.namespace)},
+		{"alice", []string{"system:authenticated"}},
+	} {
+		for _, verb := range []string{"update", "patch"} {
+			if can(who.user, who.groups, verb, "", "configmaps", c.namespace, mappings) {
+				t.Errorf("%s may %s the mappings ConfigMap", who.user, verb)
+			}
+		}
+	}
+	// Limited to what the proxy needs: not kvnet's controller Lease, not
+	// kvnet's other ConfigMaps (its config, the address allocations).
+	if can(sa, saGroups("rbac-kubevirt"), "update", "coordination.k8s.io", "leases", c.namespace, "kvnet") {
+		t.Errorf("the sync controller's ServiceAccount may update kvnet's controller Lease")
+	}
+	for _, name := range []string{"kvnet-config", "kvnet-mig-cc-10-20-0-10"} {
+		if can(sa, saGroups("rbac-kubevirt"), "update", "", "configmaps", c.namespace, name) {
+			t.Errorf("the sync controller's ServiceAccount may update ConfigMap %s", name)
+		}
 	}
 }

@@ -53,3 +53,102 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $ns = append $ns .Release.Namespace }}
 {{- toJson ($ns | uniq) }}
 {{- end }}
+
+{{/*
+Sidecar mode of the migration proxy: "true" when the proxy runs inside
+KubeVirt's synchronization-controller pods (injected by kvnet's
+migration-pods webhook) instead of as a Deployment of its own.
+*/}}
+{{- define "kvnet.proxySidecar" -}}
+{{- if and .Values.migrationProxy.enabled .Values.migrationProxy.sidecar.enabled }}true{{ end -}}
+{{- end }}
+
+{{/*
+Name of the migration proxy's objects (lease, RBAC, peers ConfigMap).
+*/}}
+{{- define "kvnet.proxyName" -}}
+{{- printf "%s-migration-proxy" (include "kvnet.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{/*
+kvnet's config section migration.proxySidecar: the container the
+migration-pods webhook injects into each synchronization-controller pod, and
+its volumes. Same flags as the Deployment's container, except that it always
+takes its addresses from the pod's own interfaces (each replica's relays
+listen on its own migration0) and names kvnet's namespace explicitly (the
+pod runs in KubeVirt's).
+*/}}
+{{- define "kvnet.proxySidecarConfig" -}}
+{{- $p := .Values.migrationProxy -}}
+{{- $name := include "kvnet.proxyName" . -}}
+enabled: true
+container:
+  name: {{ $p.sidecar.containerName }}
+  image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    - proxy
+    - --advertise-interface={{ $p.advertiseInterface }}
+    {{- if $p.peers }}
+    - --hop-interface={{ $p.hopInterface }}
+    - --hop-port={{ $p.hopPort }}
+    - --peers=/etc/kvnet/proxy-peers/peers.yaml
+    - --cert-file=/etc/kvnet/proxy/tls.crt
+    - --key-file=/etc/kvnet/proxy/tls.key
+    {{- end }}
+    - --mode={{ $p.mode }}
+    - --max-migrations={{ $p.maxMigrations }}
+    {{- range $p.allowedSources }}
+    - --allowed-sources={{ . }}
+    {{- end }}
+    - --dial-timeout={{ $p.dialTimeout }}
+    - --metrics-bind-address=:{{ .Values.ports.metrics }}
+    - --health-probe-bind-address=:{{ .Values.ports.probes }}
+    - --leader-elect=true
+    - --leader-election-id={{ $name }}
+    - --namespace={{ .Release.Namespace }}
+  ports:
+    # Beside the sync container's 8443 (metrics) and 9185 (sync).
+    - name: proxy-metrics
+      containerPort: {{ .Values.ports.metrics }}
+      protocol: TCP
+    - name: proxy-probes
+      containerPort: {{ .Values.ports.probes }}
+      protocol: TCP
+  {{- if $p.peers }}
+  volumeMounts:
+    - name: kvnet-proxy-peers
+      mountPath: /etc/kvnet/proxy-peers
+      readOnly: true
+    - name: kvnet-proxy-cert
+      mountPath: /etc/kvnet/proxy
+      readOnly: true
+  {{- end }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: proxy-probes
+    initialDelaySeconds: 10
+    periodSeconds: 20
+  securityContext:
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    runAsNonRoot: true
+    runAsUser: 65532
+    runAsGroup: 65532
+    capabilities:
+      drop: [ALL]
+    seccompProfile:
+      type: RuntimeDefault
+  resources:
+    {{- toYaml $p.resources | nindent 4 }}
+{{- if $p.peers }}
+volumes:
+  - name: kvnet-proxy-peers
+    configMap:
+      name: {{ $name }}-peers
+  - name: kvnet-proxy-cert
+    secret:
+      secretName: {{ required "migrationProxy.certSecret: a Secret in migrationProxy.sidecar.namespace with the proxy's tls.crt/tls.key (server and client use)" $p.certSecret }}
+{{- end }}
+{{- end }}
