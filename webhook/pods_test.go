@@ -2,12 +2,16 @@ package webhook_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -110,4 +114,76 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// A pod mutator's additions to the node selector and the containers'
+// resources reach the patch as adds of their own keys (or of the member the
+// pod lacks), keep everything else of the pod, and only when the mutator
+// recorded them: an unrecorded spec change is not looked for.
+func TestPodMutatorResourcePatch(t *testing.T) {
+	cfg := config.Static(exampleConfig(t))
+	add := func(record bool) podStep {
+		return func(r *chain.PodRequest) error {
+			for i := range r.Pod.Spec.Containers {
+				c := &r.Pod.Spec.Containers[i].Resources
+				if c.Requests == nil {
+					c.Requests = corev1.ResourceList{}
+				}
+				if c.Limits == nil {
+					c.Limits = corev1.ResourceList{}
+				}
+				c.Requests["intel.com/sriov"], c.Limits["intel.com/sriov"] = resource.MustParse("2"), resource.MustParse("2")
+			}
+			if r.Pod.Spec.NodeSelector == nil {
+				r.Pod.Spec.NodeSelector = map[string]string{}
+			}
+			r.Pod.Spec.NodeSelector["rack"] = "r1"
+			if record {
+				r.Record("resources-test", "ns/vf")
+			}
+			return nil
+		}
+	}
+	for name, c := range map[string]struct {
+		pod, want string
+		record    bool
+	}{
+		"no resources, no nodeSelector": {
+			pod:    `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"compute","image":"x"},{"name":"side","image":"y","resources":{"limits":{"memory":"1Gi"}}}]}}`,
+			want:   `{"metadata":{"annotations":{"kvnet.io/mutations":"[{\"mutator\":\"resources-test\",\"networks\":[\"ns/vf\"]}]"},"name":"p"},"spec":{"containers":[{"image":"x","name":"compute","resources":{"limits":{"intel.com/sriov":"2"},"requests":{"intel.com/sriov":"2"}}},{"image":"y","name":"side","resources":{"limits":{"intel.com/sriov":"2","memory":"1Gi"},"requests":{"intel.com/sriov":"2"}}}],"nodeSelector":{"rack":"r1"}}}`,
+			record: true,
+		},
+		"existing maps get keys": {
+			pod:    `{"metadata":{"name":"p","annotations":{}},"spec":{"nodeSelector":{"a":"b"},"containers":[{"name":"compute","image":"x","futureField":1,"resources":{"requests":{"cpu":"100m"},"limits":{"cpu":"1"}}}]}}`,
+			want:   `{"metadata":{"annotations":{"kvnet.io/mutations":"[{\"mutator\":\"resources-test\",\"networks\":[\"ns/vf\"]}]"},"name":"p"},"spec":{"containers":[{"futureField":1,"image":"x","name":"compute","resources":{"limits":{"cpu":"1","intel.com/sriov":"2"},"requests":{"cpu":"100m","intel.com/sriov":"2"}}}],"nodeSelector":{"a":"b","rack":"r1"}}}`,
+			record: true,
+		},
+		"unrecorded": {
+			pod:  `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"compute","image":"x"}]}}`,
+			want: `{"metadata":{"name":"p"},"spec":{"containers":[{"image":"x","name":"compute"}]}}`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := &webhook.PodMutator{Name: "launcher-pods", Config: cfg, Facts: exampleFacts(t), Mutators: []chain.PodMutator{add(c.record)}}
+			resp := h.Handle(context.Background(), podReview(admissionv1.Create, "tenant-a", []byte(c.pod), nil))
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			if got := applyResponse(t, []byte(c.pod), resp); !jsonSame(t, got, []byte(c.want)) {
+				t.Fatalf("patched pod\n %s\nwant\n %s\n(patch %v)", got, c.want, resp.Patches)
+			}
+		})
+	}
+}
+
+func jsonSame(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatal(err)
+	}
+	return reflect.DeepEqual(x, y)
 }
