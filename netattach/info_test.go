@@ -3,6 +3,7 @@ package netattach
 import (
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -107,5 +108,35 @@ func TestKubeOVNProvider(t *testing.T) {
 	i.Provider = "custom"
 	if i.KubeOVNProvider() != "custom" {
 		t.Errorf("configured provider = %s", i.KubeOVNProvider())
+	}
+}
+
+// The nodeSelector annotation reads as network-resources-injector reads it
+// (one "key=value", or "key" for an empty value, spaces trimmed); what a
+// pod's nodeSelector could not hold is an error naming the annotation.
+func TestNodeSelector(t *testing.T) {
+	for in, c := range map[string]struct {
+		want *NodeLabel
+		err  string
+	}{
+		"rack=r1":               {want: &NodeLabel{Key: "rack", Value: "r1"}},
+		" example.com/rack = a": {want: &NodeLabel{Key: "example.com/rack", Value: "a"}},
+		"feature.node/sriov":    {want: &NodeLabel{Key: "feature.node/sriov"}},
+		"a=b=c":                 {err: "more than one label"},
+		"bad key!=v":            {err: `key "bad key!"`},
+		"k=bad value":           {err: `value "bad value"`},
+	} {
+		i := Parse(&nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{NodeSelectorAnnotation: in}}})
+		switch {
+		case c.err != "":
+			if i.NodeSelectorError == nil || !strings.Contains(i.NodeSelectorError.Error(), c.err) || !strings.Contains(i.NodeSelectorError.Error(), NodeSelectorAnnotation) || i.NodeSelector != nil {
+				t.Errorf("%q: %v, %v; want an error with %q", in, i.NodeSelector, i.NodeSelectorError, c.err)
+			}
+		case i.NodeSelectorError != nil || i.NodeSelector == nil || *i.NodeSelector != *c.want:
+			t.Errorf("%q: %+v, %v; want %+v", in, i.NodeSelector, i.NodeSelectorError, c.want)
+		}
+	}
+	if i := Parse(&nadv1.NetworkAttachmentDefinition{}); i.NodeSelector != nil || i.NodeSelectorError != nil {
+		t.Errorf("no annotation: %+v %v", i.NodeSelector, i.NodeSelectorError)
 	}
 }
