@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,6 +39,9 @@ type Facts interface {
 	// sorted by name. OVN-Kubernetes allows one per namespace; callers
 	// decide what more than one means.
 	PrimaryNetworks(ctx context.Context, namespace string) ([]*netattach.Info, error)
+	// IPAMClaim returns the IPAMClaim, or nil (and no error) when it does
+	// not exist or the cluster has no IPAMClaim CRD. Callers only read it.
+	IPAMClaim(ctx context.Context, namespace, name string) (*ipamv1alpha1.IPAMClaim, error)
 }
 
 // Reader answers from a controller-runtime reader, normally the manager's
@@ -144,6 +148,19 @@ func sortByName(infos []*netattach.Info) {
 	slices.SortFunc(infos, func(a, b *netattach.Info) int { return strings.Compare(a.Name, b.Name) })
 }
 
+// IPAMClaim implements Facts, from the claim informer the persistent-IPs
+// wiring starts with the manager.
+func (r *Reader) IPAMClaim(ctx context.Context, namespace, name string) (*ipamv1alpha1.IPAMClaim, error) {
+	var c ipamv1alpha1.IPAMClaim
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &c); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading IPAMClaim %s/%s: %w", namespace, name, err)
+	}
+	return &c, nil
+}
+
 // NamespaceMetadata is how Reader reads namespaces: metadata only (labels
 // are all it needs), so that a manager's cache holds a metadata-only
 // informer on them. Start that informer with this object.
@@ -188,7 +205,8 @@ func (r *Reader) KubeVirt(ctx context.Context) (*kubevirtv1.KubeVirt, error) {
 
 // Snapshot is a fixed set of facts, used by the offline CLI and unit tests.
 type Snapshot struct {
-	NADs       map[string]*netattach.Info // "ns/name"
+	NADs       map[string]*netattach.Info         // "ns/name"
+	Claims     map[string]*ipamv1alpha1.IPAMClaim // "ns/name"; the offline CLI has none
 	Namespaces map[string]map[string]string
 	KubeVirtCR *kubevirtv1.KubeVirt
 }
@@ -226,6 +244,11 @@ func (s *Snapshot) PrimaryNetworks(_ context.Context, namespace string) ([]*neta
 	}
 	sortByName(out)
 	return out, nil
+}
+
+// IPAMClaim implements Facts.
+func (s *Snapshot) IPAMClaim(_ context.Context, namespace, name string) (*ipamv1alpha1.IPAMClaim, error) {
+	return s.Claims[namespace+"/"+name], nil
 }
 
 // KubeVirt implements Facts.

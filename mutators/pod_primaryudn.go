@@ -119,8 +119,12 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 	}
 	if raw, ok := vmi.Annotations[VMIAddressesAnnotation]; ok {
 		ips, err := PrimaryIPs(raw, podNet.Name, info)
+		if err == nil && c.Name != "" {
+			err = ClaimHolds(&c, ips)
+		}
 		if err != nil {
 			req.Warn("%s on VMI %s is not applied to the pod network: %v", VMIAddressesAnnotation, vmi.Name, err)
+			ips = nil
 		}
 		want.IPs = ips
 	}
@@ -302,5 +306,60 @@ func PrimaryIPs(raw, iface string, info *netattach.Info) ([]string, error) {
 		}
 		out = append(out, p.String())
 	}
+	if err := oneIPPerFamily(out, info); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// ClaimHolds checks what OVN-Kubernetes checks when a pod on a primary
+// network asks for IPs and references a claim that already holds some
+// (validateStaticIPRequest): every requested IP is one of the claim's
+// status.ips. A claim without IPs yet takes the requested ones.
+func ClaimHolds(c *ipamv1alpha1.IPAMClaim, ips []string) error {
+	if len(c.Status.IPs) == 0 {
+		return nil
+	}
+	held := map[netip.Prefix]bool{}
+	for _, s := range c.Status.IPs {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			held[p] = true
+		}
+	}
+	for _, s := range ips {
+		if p, err := netip.ParsePrefix(s); err != nil || !held[p] {
+			return fmt.Errorf("asks for %s, but IPAMClaim %s already holds %v, and OVN-Kubernetes fails a pod whose requested IPs are not its claim's; ask for the claim's IPs or none (the claim keeps them until the VM is deleted)", s, c.Name, c.Status.IPs)
+		}
+	}
+	return nil
+}
+
+// oneIPPerFamily checks what OVN-Kubernetes checks before it takes static
+// IPs on a layer2 primary network (validateIPFamilyMatchesNetwork): as many
+// IPs as the network has subnets, of the same families, so one IPv4 and one
+// IPv6 on a dual-stack network. Fewer, more or another family, and it fails
+// the pod. A network whose NAD names no subnet is not checked.
+func oneIPPerFamily(ips []string, info *netattach.Info) error {
+	if len(ips) == 0 || len(info.Subnets) == 0 {
+		return nil
+	}
+	var want, got [2]int // IPv4, IPv6
+	for _, sn := range info.Subnets {
+		want[family(sn.Addr())]++
+	}
+	for _, s := range ips {
+		got[family(netip.MustParsePrefix(s).Addr())]++
+	}
+	if want == got {
+		return nil
+	}
+	return fmt.Errorf("asks for %d IPv4 and %d IPv6 address(es); primary network %s (%v) takes exactly %d IPv4 and %d IPv6, one per subnet, or OVN-Kubernetes fails the pod",
+		got[0], got[1], info.Ref(), info.Subnets, want[0], want[1])
+}
+
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return 0
+	}
+	return 1
 }

@@ -86,6 +86,14 @@ func TestPrimaryUDN(t *testing.T) {
 	foreign := &ipamv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: udnNS, Name: "web.pn", OwnerReferences: []metav1.OwnerReference{{
 		APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "33333333-3333-3333-3333-333333333333", Controller: ptr.To(true),
 	}}}}
+	held := func(ips ...string) *ipamv1alpha1.IPAMClaim {
+		return &ipamv1alpha1.IPAMClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: udnNS, Name: "web.pn", OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "web", UID: crVMUID, Controller: ptr.To(true),
+			}}},
+			Status: ipamv1alpha1.IPAMClaimStatus{IPs: ips},
+		}
+	}
 	noMAC := udnVMI("")
 	noMAC.Spec.Domain.Devices.Interfaces[0].MacAddress = ""
 	tests := map[string]struct {
@@ -115,6 +123,24 @@ func TestPrimaryUDN(t *testing.T) {
 			vmi:     udnVMI(`{"pn":["192.168.1.1"]}`),
 			want:    map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"},
 			warning: "in no subnet",
+		},
+		// OVN-Kubernetes fails a pod asking for IPs its claim does not hold.
+		"IPs the claim holds: applied": {
+			vmi:   udnVMI(`{"pn":["10.200.0.9","fd00:200::9"]}`),
+			cache: []client.Object{held("10.200.0.9/16", "fd00:200::9/64")},
+			want: map[string]string{
+				DefaultNetworkAnnotation:        `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.200.0.9/16","fd00:200::9/64"],"mac":"` + udnMAC + `","ipam-claim-reference":"web.pn"}]`,
+				LegacyPrimaryUDNClaimAnnotation: "web.pn",
+			},
+		},
+		"IPs the claim does not hold: warning, claim and MAC still written": {
+			vmi:   udnVMI(`{"pn":["10.200.0.9","fd00:200::9"]}`),
+			cache: []client.Object{held("10.200.0.33/16", "fd00:200::33/64")},
+			want:  map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"}, warning: "already holds [10.200.0.33/16 fd00:200::33/64]",
+		},
+		"one family on a dual-stack network: warning, not applied": {
+			vmi:  udnVMI(`{"pn":["10.200.0.9"]}`),
+			want: map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"}, warning: "takes exactly 1 IPv4 and 1 IPv6",
 		},
 		"no MAC asked for: claim only": {
 			vmi: noMAC,
@@ -325,14 +351,18 @@ func TestPrimaryIPs(t *testing.T) {
 		want string
 		err  string
 	}{
-		"both families":           {raw: `{"pn":["10.200.1.2","fd00:200::2"]}`, want: "[10.200.1.2/16 fd00:200::2/64]"},
-		"CIDR keeps its prefix":   {raw: `{"pn":["10.200.1.2/24"]}`, want: "[10.200.1.2/24]"},
-		"other interfaces only":   {raw: `{"eth1":["10.200.1.2"]}`, want: "[]"},
-		"outside every subnet":    {raw: `{"pn":["10.9.0.1"]}`, err: "in no subnet"},
-		"family without a subnet": {raw: `{"pn":["2001:db8::1"]}`, info: noSubnets, err: "no prefix length"},
-		"CIDR without subnets":    {raw: `{"pn":["2001:db8::1/64"]}`, info: noSubnets, want: "[2001:db8::1/64]"},
-		"not an IP":               {raw: `{"pn":["web"]}`, err: "neither an IP nor a CIDR"},
-		"not the right shape":     {raw: `["10.200.1.2"]`, err: `want {"<interface>"`},
+		"both families":         {raw: `{"pn":["10.200.1.2","fd00:200::2"]}`, want: "[10.200.1.2/16 fd00:200::2/64]"},
+		"CIDR keeps its prefix": {raw: `{"pn":["10.200.1.2/24","fd00:200::2"]}`, want: "[10.200.1.2/24 fd00:200::2/64]"},
+		// OVN-Kubernetes wants one IP per subnet, of its family, on a dual-stack network.
+		"one family on a dual-stack network": {raw: `{"pn":["10.200.1.2"]}`, err: "asks for 1 IPv4 and 0 IPv6 address(es); primary network tenant-u/udn"},
+		"two IPv4 on a dual-stack network":   {raw: `{"pn":["10.200.1.2","10.200.1.3"]}`, err: "takes exactly 1 IPv4 and 1 IPv6"},
+		"three on a dual-stack network":      {raw: `{"pn":["10.200.1.2","fd00:200::2","fd00:200::3"]}`, err: "asks for 1 IPv4 and 2 IPv6"},
+		"other interfaces only":              {raw: `{"eth1":["10.200.1.2"]}`, want: "[]"},
+		"outside every subnet":               {raw: `{"pn":["10.9.0.1"]}`, err: "in no subnet"},
+		"family without a subnet":            {raw: `{"pn":["2001:db8::1"]}`, info: noSubnets, err: "no prefix length"},
+		"CIDR without subnets":               {raw: `{"pn":["2001:db8::1/64"]}`, info: noSubnets, want: "[2001:db8::1/64]"},
+		"not an IP":                          {raw: `{"pn":["web"]}`, err: "neither an IP nor a CIDR"},
+		"not the right shape":                {raw: `["10.200.1.2"]`, err: `want {"<interface>"`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -300,3 +300,56 @@ func TestPrimaryUDNLegacyAnnotationOff(t *testing.T) {
 		t.Errorf("stored pod carries %s=%q with the switch off", mutators.LegacyPrimaryUDNClaimAnnotation, v)
 	}
 }
+
+// A VM whose pod-network claim already holds an IP (OVN-Kubernetes wrote
+// it into status.ips, as this test does in its place) is refused on UPDATE
+// when network.kubevirt.io/addresses asks for another one: 422 with one
+// cause naming the annotation, read from kvnet's claim cache. Asking for
+// the claim's own IP is admitted.
+func TestPrimaryUDNAddressesMustMatchClaim(t *testing.T) {
+	ctx := context.Background()
+	restore, err := env.SetConfig(udnOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restore()
+	ns := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ns, "udn", "", fmt.Sprintf(udnPrimaryConfig, ns))
+	vm := udnVM(ns, "web")
+	delete(vm.Spec.Template.ObjectMeta.Annotations, mutators.VMIAddressesAnnotation)
+	piCreateVM(t, vm)
+	claim := piWaitClaimFor(t, ns, persistentips.ClaimName("web", "default"), vm)
+
+	// OVN-Kubernetes' part: the IP it allocated, recorded in the claim.
+	claim.Status.IPs = []string{"10.210.0.33/16"}
+	if err := env.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatalf("writing the claim's status.ips: %v", err)
+	}
+	piEventually(t, "claim IPs in kvnet's cache", func() error {
+		var c ipamv1alpha1.IPAMClaim
+		if err := env.Manager.GetCache().Get(ctx, client.ObjectKeyFromObject(claim), &c); err != nil {
+			return err
+		}
+		if len(c.Status.IPs) == 0 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+
+	ask := func(ip string) error {
+		cur := getVM(t, ns, "web")
+		if cur.Spec.Template.ObjectMeta.Annotations == nil {
+			cur.Spec.Template.ObjectMeta.Annotations = map[string]string{}
+		}
+		cur.Spec.Template.ObjectMeta.Annotations[mutators.VMIAddressesAnnotation] = `{"default":["` + ip + `"]}`
+		return env.Client.Update(ctx, cur)
+	}
+	err = ask("10.210.0.7")
+	hasCause(t, err, "spec.template.metadata.annotations[network.kubevirt.io/addresses]", "IPAMClaim web.default already holds [10.210.0.33/16]")
+	if n := len(causes(t, err)); n != 1 {
+		t.Errorf("%d causes, want 1: %v", n, err)
+	}
+	if err := ask("10.210.0.33"); err != nil {
+		t.Errorf("asking for the claim's own IP: %v", err)
+	}
+}

@@ -21,7 +21,9 @@ import (
 //
 //   - error: a template default-network annotation kvnet would have to
 //     overwrite (the pod would be refused), and a network.kubevirt.io/addresses
-//     that does not parse or asks for an IP outside the primary network;
+//     that does not parse, asks for an IP outside the primary network, not
+//     one IP per family of a dual-stack network, or other IPs than the VM's
+//     existing claim holds (OVN-Kubernetes would fail the pod);
 //   - warning: the primary network cannot keep IPs (not layer2, no
 //     allowPersistentIPs, no name), or the namespace has two of them.
 type PrimaryUDN struct{}
@@ -70,6 +72,12 @@ func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.Error
 	}
 	if raw, ok := ann[mutators.VMIAddressesAnnotation]; ok {
 		ips, err := mutators.PrimaryIPs(raw, pod.Name, info)
+		if err == nil && len(ips) > 0 {
+			var lookupErr error
+			if err, lookupErr = claimHolds(ctx, req, want.Claim, ips); lookupErr != nil {
+				return nil, lookupErr
+			}
+		}
 		if err != nil {
 			errs = append(errs, field.Invalid(annPath.Key(mutators.VMIAddressesAnnotation), raw, fmt.Sprintf("pod network %s: %v", pod.Name, err)))
 		}
@@ -89,4 +97,24 @@ func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.Error
 			"kvnet keeps the pod network's IP in IPAMClaim %q and would refuse a virt-launcher pod naming %q; remove it", want.Claim, cur)))
 	}
 	return errs, nil
+}
+
+// claimHolds refuses IPs that this VM's existing claim does not hold: the
+// launcher pod would ask OVN-Kubernetes for them and fail. Only a claim
+// this object controls counts (by UID, so not on CREATE: a claim of that
+// name then belongs to an earlier VM being released, or to someone else).
+// The claim comes from the informer cache; a failure to read it is kvnet's
+// (err), a claim holding other IPs the user's (mismatch).
+func claimHolds(ctx context.Context, req *chain.Request, name string, ips []string) (mismatch, err error) {
+	if req.Meta.UID == "" {
+		return nil, nil
+	}
+	c, err := req.Facts.IPAMClaim(ctx, req.Namespace, name)
+	if err != nil || c == nil {
+		return nil, err
+	}
+	if ref := metav1.GetControllerOf(c); ref == nil || ref.UID != req.Meta.UID {
+		return nil, nil
+	}
+	return mutators.ClaimHolds(c, ips), nil
 }

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -38,6 +40,23 @@ func udnRequest(primaries []string, templateAnnotations map[string]string, cfg c
 	}
 }
 
+const (
+	udnDual = `{"name":"ns_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.200.0.0/16,fd00:200::/64","allowPersistentIPs":true}`
+	vmUID   = "11111111-2222-3333-4444-555555555555"
+	annAddr = "spec.template.metadata.annotations[network.kubevirt.io/addresses]"
+)
+
+// heldClaim is the pod network's claim vm.default, controlled by the VM
+// with uid, holding ips.
+func heldClaim(uid string, ips ...string) *ipamv1alpha1.IPAMClaim {
+	return &ipamv1alpha1.IPAMClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm.default", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm", UID: types.UID(uid), Controller: ptr.To(true),
+		}}},
+		Status: ipamv1alpha1.IPAMClaimStatus{IPs: ips},
+	}
+}
+
 func TestPrimaryUDNValidator(t *testing.T) {
 	on := config.Config{PersistentIPs: config.PersistentIPs{PrimaryUDN: config.PrimaryUDN{Enabled: true}}}
 	ipsOff := on
@@ -51,6 +70,8 @@ func TestPrimaryUDNValidator(t *testing.T) {
 		errText   string
 		warning   string
 		podNet    string // the pod network's name, when not "default"
+		uid       string // the VM's UID (UPDATE); "" on CREATE
+		claim     *ipamv1alpha1.IPAMClaim
 	}{
 		"quiet":                  {primaries: []string{udnL2}},
 		"IPs inside the network": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
@@ -72,6 +93,23 @@ func TestPrimaryUDNValidator(t *testing.T) {
 		"off by default":                     {cfg: &config.Config{}, primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
 		"persistent IPs off":                 {cfg: &ipsOff, primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
 		// ipam-extensions would call the claim vm.default: a move between the two changes the IP.
+		// OVN-Kubernetes takes one IP per family, and only IPs the VM's claim holds.
+		"dual-stack, both families": {primaries: []string{udnDual}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4","fd00:200::4"]}`}},
+		"dual-stack, one family": {primaries: []string{udnDual}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`},
+			errPaths: []string{annAddr}, errText: "takes exactly 1 IPv4 and 1 IPv6"},
+		"dual-stack, two IPv4": {primaries: []string{udnDual}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4","10.200.3.5"]}`},
+			errPaths: []string{annAddr}, errText: "asks for 2 IPv4 and 0 IPv6"},
+		"the VM's claim holds the IPs": {primaries: []string{udnL2}, uid: vmUID, claim: heldClaim(vmUID, "10.200.3.4/16"),
+			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+		"the VM's claim holds other IPs": {primaries: []string{udnL2}, uid: vmUID, claim: heldClaim(vmUID, "10.200.9.9/16"),
+			ann:      map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`},
+			errPaths: []string{annAddr}, errText: "IPAMClaim vm.default already holds [10.200.9.9/16]"},
+		"the VM's claim has no IPs yet": {primaries: []string{udnL2}, uid: vmUID, claim: heldClaim(vmUID),
+			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+		"another VM's claim of that name": {primaries: []string{udnL2}, uid: vmUID, claim: heldClaim("00000000-0000-0000-0000-00000000dead", "10.200.9.9/16"),
+			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+		"CREATE: no claim is the VM's yet": {primaries: []string{udnL2}, claim: heldClaim(vmUID, "10.200.9.9/16"),
+			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
 		"pod network with capitals: claim-name warning": {primaries: []string{udnL2}, podNet: "Default", warning: "ipam-extensions would name that claim differently"},
 		"pod network with _: claim-name warning":        {primaries: []string{udnL2}, podNet: "pod_net", warning: "ipam-extensions would name that claim differently"},
 	}
@@ -82,6 +120,10 @@ func TestPrimaryUDNValidator(t *testing.T) {
 				cfg = *tc.cfg
 			}
 			req := udnRequest(tc.primaries, tc.ann, cfg)
+			req.Meta.UID = types.UID(tc.uid)
+			if tc.claim != nil {
+				req.Facts.(*lookup.Snapshot).Claims = map[string]*ipamv1alpha1.IPAMClaim{"ns/" + tc.claim.Name: tc.claim}
+			}
 			if tc.podNet != "" {
 				req.Spec.Networks[0].Name, req.Spec.Domain.Devices.Interfaces[0].Name = tc.podNet, tc.podNet
 			}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -138,6 +139,10 @@ func (failingFacts) KubeVirt(context.Context) (*kubevirtv1.KubeVirt, error) {
 }
 func (failingFacts) PrimaryNetworks(_ context.Context, ns string) ([]*netattach.Info, error) {
 	return nil, fmt.Errorf("listing NetworkAttachmentDefinitions in %s: %w", ns, errors.New("cache not synced"))
+}
+
+func (failingFacts) IPAMClaim(_ context.Context, ns, name string) (*ipamv1alpha1.IPAMClaim, error) {
+	return nil, fmt.Errorf("reading IPAMClaim %s/%s: %w", ns, name, errors.New("cache not synced"))
 }
 
 func TestLookupFailureIs500WithContext(t *testing.T) {

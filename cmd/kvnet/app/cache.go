@@ -27,7 +27,9 @@ const lastApplied = corev1.LastAppliedConfigAnnotation
 //   - VirtualMachine (the persistentips controller): metadata and the
 //     template spec's networking.
 //   - IPAMClaim, VirtualMachineInstanceMigration (the persistentips
-//     controller, the migration-status rewrite): all but managedFields.
+//     controller, the launcher-pod mutators, lookup.Reader.IPAMClaim for
+//     the primary-UDN validator, the migration-status rewrite): all but
+//     managedFields.
 //
 // Nothing kvnet writes starts from a trimmed copy: it patches IPAMClaims
 // (kept whole) and its own ConfigMaps (separate caches). Pods and Nodes are
