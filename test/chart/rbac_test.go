@@ -35,12 +35,7 @@ import (
 // wins the leader Lease. A verb missing from the chart's RBAC fails here,
 // not in a customer's cluster. kvnet runs as its own process, as in a pod.
 func TestChartRBACIsEnoughToRunKvnet(t *testing.T) {
-	kvnet := filepath.Join(t.TempDir(), "kvnet")
-	build := exec.Command("go", "build", "-o", kvnet, "./cmd/kvnet")
-	build.Dir = framework.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building kvnet: %v\n%s", err, out)
-	}
+	kvnet := buildKvnet(t)
 	for name, c := range map[string]chartCase{
 		"defaults": {release: "rbac", namespace: "rbac-system"},
 		"migration networks and policy on": {release: "rbac-mig", namespace: "rbac-mig", values: `
@@ -84,34 +79,12 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 	)
 	sa := dep.Spec.Template.Spec.ServiceAccountName
-	cmd := exec.Command(kvnet, args...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+c.namespace,
-		"KUBECONFIG="+impersonatingKubeconfig(t, "system:serviceaccount:"+c.namespace+":"+sa,
-			"system:serviceaccounts", "system:serviceaccounts:"+c.namespace, "system:authenticated"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// done closes when kvnet exits; waitErr is then its exit status.
-	done := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("kvnet's log:\n%s", logs.String())
-		}
-	})
+	p := startAs(t, kvnet, args, c.namespace, "system:serviceaccount:"+c.namespace+":"+sa,
+		"system:serviceaccounts", "system:serviceaccounts:"+c.namespace, "system:authenticated")
+	logs, done, waitErr := p.logs, p.done, &p.err
 
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", probe)
-	wait(t, "kvnet to become ready as the chart's ServiceAccount", 2*time.Minute, done, &waitErr, func() error {
+	wait(t, "kvnet to become ready as the chart's ServiceAccount", 2*time.Minute, done, waitErr, func() error {
 		resp, err := http.Get(url)
 		if err != nil {
 			return err
@@ -123,7 +96,7 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 		}
 		return nil
 	})
-	wait(t, "the CA bundle in both webhook configurations", time.Minute, done, &waitErr, func() error {
+	wait(t, "the CA bundle in both webhook configurations", time.Minute, done, waitErr, func() error {
 		var m admissionregv1.MutatingWebhookConfiguration
 		var v admissionregv1.ValidatingWebhookConfiguration
 		if err := cl.Get(ctx, client.ObjectKey{Name: fullname}, &m); err != nil {
@@ -144,7 +117,7 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 		}
 		return nil
 	})
-	wait(t, "the leader Lease", time.Minute, done, &waitErr, func() error {
+	wait(t, "the leader Lease", time.Minute, done, waitErr, func() error {
 		var l coordinationv1.Lease
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname}, &l); err != nil {
 			return err
@@ -188,7 +161,7 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 	if err := os.Rename(cfgPath+".new", cfgPath); err != nil {
 		t.Fatal(err)
 	}
-	wait(t, "the launcher-pods webhook removed after the config turned persistent IPs off", time.Minute, done, &waitErr, func() error {
+	wait(t, "the launcher-pods webhook removed after the config turned persistent IPs off", time.Minute, done, waitErr, func() error {
 		var m admissionregv1.MutatingWebhookConfiguration
 		if err := cl.Get(ctx, client.ObjectKey{Name: fullname}, &m); err != nil {
 			return err
@@ -203,6 +176,53 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 	if strings.Contains(logs.String(), "forbidden") {
 		t.Errorf("kvnet was refused a request (RBAC):\n%s", grepLines(logs.String(), "forbidden"))
 	}
+}
+
+func buildKvnet(t *testing.T) string {
+	t.Helper()
+	kvnet := filepath.Join(t.TempDir(), "kvnet")
+	build := exec.Command("go", "build", "-o", kvnet, "./cmd/kvnet")
+	build.Dir = framework.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building kvnet: %v\n%s", err, out)
+	}
+	return kvnet
+}
+
+// process is a kvnet process a test started: its output, a channel closed
+// when it exits, and then its exit status.
+type process struct {
+	logs *bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+// startAs runs kvnet with args as user (by impersonation) with
+// POD_NAMESPACE podNamespace, as in a pod; it is stopped at cleanup, and
+// its log printed if the test failed.
+func startAs(t *testing.T, kvnet string, args []string, podNamespace, user string, groups ...string) *process {
+	t.Helper()
+	p := &process{logs: &bytes.Buffer{}, done: make(chan struct{})}
+	cmd := exec.Command(kvnet, args...)
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+podNamespace, "KUBECONFIG="+impersonatingKubeconfig(t, user, groups...))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("kvnet %s's log:\n%s", args[0], p.logs.String())
+		}
+	})
+	return p
 }
 
 func grepLines(s, word string) string {
@@ -300,42 +320,16 @@ config:
 	}
 	sa := "system:serviceaccount:rbac-kubevirt:kubevirt-synchronization-controller"
 
-	kvnet := filepath.Join(t.TempDir(), "kvnet")
-	build := exec.Command("go", "build", "-o", kvnet, "./cmd/kvnet")
-	build.Dir = framework.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building kvnet: %v\n%s", err, out)
-	}
+	kvnet := buildKvnet(t)
 	// Only what this machine lacks changes (no migration0 here); later
 	// flags win.
 	args := append(append([]string{}, ps.Container.Args...), "--advertise-address=127.0.0.1",
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", framework.FreePort(t)))
-	cmd := exec.Command(kvnet, args...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
 	// POD_NAMESPACE is KubeVirt's, as in the sync controller's pod: the
 	// container's own --namespace must point it at kvnet's.
-	cmd.Env = append(os.Environ(), "POD_NAMESPACE=rbac-kubevirt",
-		"KUBECONFIG="+impersonatingKubeconfig(t, sa, "system:serviceaccounts", "system:serviceaccounts:rbac-kubevirt", "system:authenticated"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("kvnet proxy's log:\n%s", logs.String())
-		}
-	})
-	wait(t, "the proxy's Lease in kvnet's namespace", time.Minute, done, &waitErr, func() error {
+	p := startAs(t, kvnet, args, "rbac-kubevirt", sa, "system:serviceaccounts", "system:serviceaccounts:rbac-kubevirt", "system:authenticated")
+	logs, done, waitErr := p.logs, p.done, &p.err
+	wait(t, "the proxy's Lease in kvnet's namespace", time.Minute, done, waitErr, func() error {
 		var l coordinationv1.Lease
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: "kvnet-migration-proxy"}, &l); err != nil {
 			return err
@@ -345,7 +339,7 @@ config:
 		}
 		return nil
 	})
-	wait(t, "the proxy's controller to start (its caches synced)", time.Minute, done, &waitErr, func() error {
+	wait(t, "the proxy's controller to start (its caches synced)", time.Minute, done, waitErr, func() error {
 		if !strings.Contains(logs.String(), "Starting workers") {
 			return fmt.Errorf("no \"Starting workers\" yet")
 		}
