@@ -593,3 +593,57 @@ func configFromValues(t *testing.T, vals map[string]any) *config.Config {
 	}
 	return c
 }
+
+// The sidecar kvnet's webhook injects runs the proxy exactly as the
+// separate Deployment does (same image, flags, mounts, resources), except
+// that it names kvnet's namespace (its pod runs in KubeVirt's) and always
+// takes its relay address from its own pod's migration0: the two flag lists
+// in the chart cannot drift apart.
+func TestChartSidecarRunsTheDeploymentsProxy(t *testing.T) {
+	sidecar := chartCase{release: "kvnet", namespace: "kvnet-drift", values: sidecarValues}
+	separate := chartCase{release: "kvnet", namespace: "kvnet-drift",
+		values: strings.Replace(sidecarValues, "sidecar: {namespace: kv-sidecar}", "sidecar: {enabled: false}", 1)}
+
+	var cm corev1.ConfigMap
+	decodeKind(t, render(t, sidecar), "ConfigMap", &cm)
+	cfg, err := config.Parse([]byte(cm.Data["config.yaml"]), sidecar.namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Migration.ProxySidecar.Container
+	var dep *appsv1.Deployment
+	for _, o := range render(t, separate) {
+		if o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), "-migration-proxy") {
+			dep = &appsv1.Deployment{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, dep); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if dep == nil {
+		t.Fatal("sidecar.enabled false rendered no proxy Deployment")
+	}
+	want := dep.Spec.Template.Spec.Containers[0]
+	wantArgs := slices.Clone(want.Args)
+	for i, a := range wantArgs {
+		if a == "--namespace=$(POD_NAMESPACE)" {
+			wantArgs[i] = "--namespace=" + sidecar.namespace
+		}
+	}
+	if !slices.Equal(got.Args, wantArgs) {
+		t.Errorf("sidecar args differ from the Deployment's:\nsidecar:    %v\ndeployment: %v", got.Args, wantArgs)
+	}
+	if !slices.Contains(got.Args, "--advertise-interface=migration0") || !slices.Contains(got.Args, "--leader-election-id=kvnet-migration-proxy") {
+		t.Errorf("the sidecar does not listen on its pod's migration0 under the proxy's Lease: %v", got.Args)
+	}
+	mounts := func(c corev1.Container) []string {
+		var out []string
+		for _, m := range c.VolumeMounts {
+			out = append(out, m.MountPath)
+		}
+		return out
+	}
+	if got.Image != want.Image || !slices.Equal(mounts(got), mounts(want)) || !equality.Semantic.DeepEqual(got.Resources, want.Resources) {
+		t.Errorf("sidecar %s %v %v, Deployment %s %v %v", got.Image, mounts(got), got.Resources, want.Image, mounts(want), want.Resources)
+	}
+}
