@@ -25,7 +25,9 @@ import (
 //     one IP per family of a dual-stack network, or other IPs than the VM's
 //     existing claim holds (OVN-Kubernetes would fail the pod);
 //   - warning: the primary network cannot keep IPs (not layer2, no
-//     allowPersistentIPs, no name), or the namespace has two of them.
+//     allowPersistentIPs, no name), or the namespace has two of them, or
+//     nothing will carry the claim (legacyClaimAnnotation off and no
+//     default-network NAD); the claim's name is not ipam-extensions'.
 type PrimaryUDN struct{}
 
 // Name implements chain.Validator.
@@ -60,6 +62,19 @@ func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.Error
 		return nil, nil
 	}
 	warnClaimName(req, pod.Name)
+	if !req.Config.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation() {
+		// Without the legacy annotation only the default-network element
+		// carries the claim, and kvnet writes it only while its NAD exists.
+		dns, dname, err := config.SplitNAD(req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD, "")
+		if err != nil {
+			return nil, fmt.Errorf("persistentIPs.primaryUDN.defaultNetworkNAD: %w", err)
+		}
+		if nad, err := req.Facts.NAD(ctx, dns, dname); err != nil {
+			return nil, err
+		} else if nad == nil {
+			req.Warn("the pod network's IP will not persist: NetworkAttachmentDefinition %s/%s does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled) and persistentIPs.primaryUDN.legacyClaimAnnotation is off, so nothing will carry the claim", dns, dname)
+		}
+	}
 	annPath := req.TemplateMetaPath.Child("annotations")
 	var ann map[string]string
 	if req.TemplateMeta != nil {

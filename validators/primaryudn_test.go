@@ -18,6 +18,7 @@ import (
 	"github.com/kvnet/kvnet/config"
 	"github.com/kvnet/kvnet/lookup"
 	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/netattach"
 )
 
 const udnL2 = `{"name":"ns_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.200.0.0/16","allowPersistentIPs":true}`
@@ -60,6 +61,8 @@ func heldClaim(uid string, ips ...string) *ipamv1alpha1.IPAMClaim {
 func TestPrimaryUDNValidator(t *testing.T) {
 	on := config.Config{PersistentIPs: config.PersistentIPs{PrimaryUDN: config.PrimaryUDN{Enabled: true}}}
 	ipsOff := on
+	legacyOff := on
+	legacyOff.PersistentIPs.PrimaryUDN.LegacyClaimAnnotation = ptr.To(false)
 	ipsOff.PersistentIPs.Enabled = ptr.To(false)
 	const annDN = "spec.template.metadata.annotations[v1.multus-cni.io/default-network]"
 	tests := map[string]struct {
@@ -72,6 +75,8 @@ func TestPrimaryUDNValidator(t *testing.T) {
 		podNet    string // the pod network's name, when not "default"
 		uid       string // the VM's UID (UPDATE); "" on CREATE
 		claim     *ipamv1alpha1.IPAMClaim
+		// defaultNAD: ovn-kubernetes/default exists
+		defaultNAD bool
 	}{
 		"quiet":                  {primaries: []string{udnL2}},
 		"IPs inside the network": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
@@ -110,8 +115,10 @@ func TestPrimaryUDNValidator(t *testing.T) {
 			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
 		"CREATE: no claim is the VM's yet": {primaries: []string{udnL2}, claim: heldClaim(vmUID, "10.200.9.9/16"),
 			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
-		"pod network with capitals: claim-name warning": {primaries: []string{udnL2}, podNet: "Default", warning: "ipam-extensions would name that claim differently"},
-		"pod network with _: claim-name warning":        {primaries: []string{udnL2}, podNet: "pod_net", warning: "ipam-extensions would name that claim differently"},
+		"legacy annotation off, no default-network NAD: warning": {cfg: &legacyOff, primaries: []string{udnL2}, warning: "nothing will carry the claim"},
+		"legacy annotation off, default-network NAD there":       {cfg: &legacyOff, primaries: []string{udnL2}, defaultNAD: true},
+		"pod network with capitals: claim-name warning":          {primaries: []string{udnL2}, podNet: "Default", warning: "ipam-extensions would name that claim differently"},
+		"pod network with _: claim-name warning":                 {primaries: []string{udnL2}, podNet: "pod_net", warning: "ipam-extensions would name that claim differently"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -121,6 +128,9 @@ func TestPrimaryUDNValidator(t *testing.T) {
 			}
 			req := udnRequest(tc.primaries, tc.ann, cfg)
 			req.Meta.UID = types.UID(tc.uid)
+			if tc.defaultNAD {
+				req.Facts.(*lookup.Snapshot).NADs["ovn-kubernetes/default"] = &netattach.Info{Namespace: "ovn-kubernetes", Name: "default", CNIType: netattach.CNITypeOVNKubernetes}
+			}
 			if tc.claim != nil {
 				req.Facts.(*lookup.Snapshot).Claims = map[string]*ipamv1alpha1.IPAMClaim{"ns/" + tc.claim.Name: tc.claim}
 			}
