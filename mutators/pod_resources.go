@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -170,7 +171,7 @@ func (m NetworkResources) MutatePod(ctx context.Context, req *chain.PodRequest) 
 // costs only its attachment (with a warning): Multus fails such a pod
 // anyway, and with a message that names the NAD.
 func (NetworkResources) attachments(ctx context.Context, req *chain.PodRequest) ([]attachment, error) {
-	var elems []*multus.Element
+	var refs []nadRef
 	for _, a := range []struct {
 		key   string
 		parse func(string) ([]*multus.Element, error)
@@ -179,31 +180,64 @@ func (NetworkResources) attachments(ctx context.Context, req *chain.PodRequest) 
 		if raw == "" {
 			continue
 		}
+		if fast, ok := nadRefsV2(raw); ok {
+			refs = append(refs, fast...)
+			continue
+		}
 		es, err := a.parse(raw)
 		if err != nil {
 			// The pod is KubeVirt's; a broken annotation is Multus' to refuse.
 			req.Warn("kvnet cannot read %s, so it adds no device resources for it: %v", a.key, err)
 			continue
 		}
-		elems = append(elems, es...)
+		for _, e := range es {
+			refs = append(refs, nadRef{Name: e.Name(), Namespace: e.Namespace()})
+		}
 	}
-	out := make([]attachment, 0, len(elems))
-	for _, e := range elems {
-		ns := e.Namespace()
+	out := make([]attachment, 0, len(refs))
+	for _, r := range refs {
+		ns := r.Namespace
 		if ns == "" {
 			ns = req.Namespace
 		}
-		info, err := req.Facts.NAD(ctx, ns, e.Name())
+		info, err := req.Facts.NAD(ctx, ns, r.Name)
 		if err != nil {
-			return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ns, e.Name(), err)
+			return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ns, r.Name, err)
 		}
 		if info == nil {
-			req.Warn("NetworkAttachmentDefinition %s/%s does not exist; kvnet adds no device resource or node selector for it", ns, e.Name())
+			req.Warn("NetworkAttachmentDefinition %s/%s does not exist; kvnet adds no device resource or node selector for it", ns, r.Name)
 			continue
 		}
-		out = append(out, attachment{ref: ns + "/" + e.Name(), info: info})
+		out = append(out, attachment{ref: ns + "/" + r.Name, info: info})
 	}
 	return out, nil
+}
+
+// nadRef is the part of a selection element this mutator reads.
+type nadRef struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+}
+
+// nadRefsV2 reads the JSON list form, the one virt-controller writes, with
+// encoding/json/v2 into names only: the full element parse (which keeps
+// every key for the mutators that rewrite the annotation) was a third of
+// the launcher-pod webhook's allocations here. Anything v2 refuses, or an
+// element without a name, is left to multus.Parse, whose errors users see.
+func nadRefsV2(raw string) ([]nadRef, bool) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, false
+	}
+	var refs []nadRef
+	if jsonv2.Unmarshal([]byte(raw), &refs) != nil {
+		return nil, false
+	}
+	for _, r := range refs {
+		if r.Name == "" {
+			return nil, false
+		}
+	}
+	return refs, true
 }
 
 // requestedBy names the first container that requests or limits r, or "".
