@@ -79,21 +79,30 @@ func (p Preamble) MarshalBinary() ([]byte, error) {
 // ReadPreamble reads exactly one preamble from r and no byte more, so the
 // stream that follows is untouched.
 func ReadPreamble(r io.Reader) (Preamble, error) {
-	var head [len(preambleMagic) + 4]byte
+	var magic [len(preambleMagic)]byte
+	if _, err := io.ReadFull(r, magic[:]); err != nil {
+		return Preamble{}, fmt.Errorf("preamble: %w", err)
+	}
+	if magic != preambleMagic {
+		return Preamble{}, errors.New("preamble: not a kvnet proxy preamble (bad magic)")
+	}
+	return readPreambleBody(r)
+}
+
+// readPreambleBody reads what follows the stream preamble's magic.
+func readPreambleBody(r io.Reader) (Preamble, error) {
+	var head [4]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return Preamble{}, fmt.Errorf("preamble: %w", err)
 	}
-	if [6]byte(head[:6]) != preambleMagic {
-		return Preamble{}, errors.New("preamble: not a kvnet proxy preamble (bad magic)")
-	}
-	p := Preamble{Mode: Mode(head[6]), Port: binary.BigEndian.Uint16(head[7:9])}
+	p := Preamble{Mode: Mode(head[0]), Port: binary.BigEndian.Uint16(head[1:3])}
 	if p.Mode != ModeTLS && p.Mode != ModeAuthenticated {
-		return Preamble{}, fmt.Errorf("preamble: unknown mode %d", head[6])
+		return Preamble{}, fmt.Errorf("preamble: unknown mode %d", head[0])
 	}
 	if p.Port == 0 {
 		return Preamble{}, errors.New("preamble: port 0")
 	}
-	n := int(head[9])
+	n := int(head[3])
 	if n == 0 {
 		return Preamble{}, errors.New("preamble: empty migration ID")
 	}
@@ -128,6 +137,9 @@ const (
 	RefusedHandshake
 	RefusedSourceRange
 	RefusedLookup
+	RefusedBadCABundle
+	RefusedCAExchangeOff
+	RefusedCAStore
 )
 
 var refusalNames = map[Refusal]string{
@@ -143,6 +155,9 @@ var refusalNames = map[Refusal]string{
 	RefusedHandshake:         "handshake-failed",
 	RefusedSourceRange:       "source-not-allowed",
 	RefusedLookup:            "lookup-failed",
+	RefusedBadCABundle:       "bad-ca-bundle",
+	RefusedCAExchangeOff:     "ca-exchange-off",
+	RefusedCAStore:           "ca-store-failed",
 }
 
 func (r Refusal) String() string {

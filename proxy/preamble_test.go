@@ -29,3 +29,31 @@ func FuzzReadPreamble(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadRequest: the same for both request kinds of the hop (a stream
+// preamble, a CA offer): decoded means it encodes back to exactly the
+// bytes read, and nothing past the request was read.
+func FuzzReadRequest(f *testing.F) {
+	stream, _ := Preamble{Mode: ModeAuthenticated, MigrationID: "mig-1", Port: 49152}.MarshalBinary()
+	offer, _ := CAOffer{Bundle: []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")}.MarshalBinary()
+	f.Add(stream)
+	f.Add(offer)
+	f.Add(append(offer, "tail"...))
+	f.Add([]byte("KVNCA\x01\x00\x00\x00\x00"))
+	f.Add([]byte("KVNCA\x01\xff\xff\xff\xff"))
+	f.Add([]byte("KVNCA\x02\x00\x00\x00\x01x"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		req, err := ReadRequest(r)
+		if err != nil {
+			return
+		}
+		enc, err := req.MarshalBinary()
+		if err != nil {
+			t.Fatalf("decoded %+v does not encode: %v", req, err)
+		}
+		if read := len(b) - r.Len(); !bytes.Equal(enc, b[:read]) {
+			t.Fatalf("decoded request re-encodes as %x, read %x", enc, b[:read])
+		}
+	})
+}
