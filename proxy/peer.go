@@ -89,10 +89,7 @@ type Dialer struct {
 // on: the *tls.Conn in tls mode, the plain *net.TCPConn in authenticated
 // mode (so the relay splices).
 func (d *Dialer) Dial(ctx context.Context, peer *Peer, migrationID string, port uint16) (net.Conn, error) {
-	timeout := d.Timeout
-	if timeout <= 0 {
-		timeout = DefaultHandshakeTimeout
-	}
+	timeout := d.timeout()
 	pre, err := Preamble{Mode: d.Mode, MigrationID: migrationID, Port: port}.MarshalBinary()
 	if err != nil {
 		return nil, err
@@ -115,13 +112,14 @@ func (d *Dialer) Dial(ctx context.Context, peer *Peer, migrationID string, port 
 	return nil, fmt.Errorf("no address of peer %s accepted the stream: %w", peer.Name, errors.Join(errs...))
 }
 
-func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byte, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// handshake connects to one address of peer and authenticates both sides;
+// the connection's deadline is ctx's until the caller clears it. records
+// (nil off TCP) tells what the TLS layer has read past its records.
+func (d *Dialer) handshake(ctx context.Context, peer *Peer, addr string) (tc *tls.Conn, raw net.Conn, records *recordConn, err error) {
 	nd := net.Dialer{LocalAddr: d.LocalAddr}
-	raw, err := nd.DialContext(ctx, "tcp", addr)
+	raw, err = nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	deadline, _ := ctx.Deadline()
 	_ = raw.SetDeadline(deadline)
@@ -129,10 +127,27 @@ func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byt
 	cfg.RootCAs = peer.CAs
 	cfg.ServerName = peer.serverName()
 	under, records := underTLS(raw)
-	tc := tls.Client(under, cfg)
+	tc = tls.Client(under, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
-		return nil, fmt.Errorf("TLS handshake with peer %s: %w", peer.Name, err)
+		return nil, nil, nil, fmt.Errorf("TLS handshake with peer %s: %w", peer.Name, err)
+	}
+	return tc, raw, records, nil
+}
+
+func (d *Dialer) timeout() time.Duration {
+	if d.Timeout > 0 {
+		return d.Timeout
+	}
+	return DefaultHandshakeTimeout
+}
+
+func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byte, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tc, raw, records, err := d.handshake(ctx, peer, addr)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := tc.Write(pre); err != nil {
 		_ = raw.Close()

@@ -52,6 +52,8 @@ type TargetServer struct {
 	Log logr.Logger
 	// OnRefused, if set, is called with each refusal (tests observe them).
 	OnRefused func(peer string, r Refusal)
+	// CAs stores the KubeVirt CA bundles peers offer; nil refuses them.
+	CAs CAReceiver
 
 	mu    sync.Mutex
 	bound map[string]string // migration ID -> the peer that first presented it
@@ -129,11 +131,16 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	}
 	peer := s.peerOf(tc.ConnectionState().PeerCertificates)
 	log = log.WithValues("peer", peer.Name)
-	pre, err := ReadPreamble(tc)
+	req, err := ReadRequest(tc)
 	if err != nil {
 		s.refuse(log, peer.Name, RefusedBadPreamble, err)
 		return
 	}
+	if req.CAOffer != nil {
+		s.receiveCAs(ctx, log, peer, tc, req.CAOffer)
+		return
+	}
+	pre := *req.Stream
 	log = log.WithValues("migrationID", pre.MigrationID, "port", pre.Port, "mode", pre.Mode.String())
 	// Refusals travel back on the channel the source reads its verdict on.
 	verdict := net.Conn(tc)

@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
@@ -38,21 +37,7 @@ import (
 // registry both proxies of the test export to.
 func refusedCount(t *testing.T, side string, reason proxy.Refusal) float64 {
 	t.Helper()
-	mfs, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "kvnet_proxy_refused_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelsAre(m, map[string]string{"side": side, "reason": reason.String()}) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": side, "reason": reason.String()})
 }
 
 func labelsAre(m *dto.Metric, want map[string]string) bool {

@@ -12,14 +12,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -53,30 +50,15 @@ func migrationProxyExtension(ctx context.Context, mgr manager.Manager, namespace
 	return nil
 }
 
-// mappingsCache is an informer on the one ConfigMap of published mappings
-// (not on every ConfigMap of the cluster), started with the manager.
+// mappingsCache is an informer on the one ConfigMap of published mappings,
+// started with the manager.
 func mappingsCache(mgr manager.Manager, store proxy.MappingStore) (cache.Cache, error) {
 	name := store.Name
 	if name == "" {
 		name = proxy.DefaultMappingsName
 	}
-	c, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme:            mgr.GetScheme(),
-		DefaultNamespaces: map[string]cache.Config{store.Namespace: {}},
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", name)},
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the migration proxy mappings cache: %w", err)
-	}
-	if _, err := c.GetInformer(context.Background(), &corev1.ConfigMap{}); err != nil {
-		return nil, fmt.Errorf("starting the migration proxy mappings informer: %w", err)
-	}
-	if err := mgr.Add(c); err != nil {
-		return nil, err
-	}
-	return c, nil
+	c, _, err := configMapCache(mgr, store.Namespace, name)
+	return c, err
 }
 
 // ProxyOptions are `kvnet proxy`'s process settings.
@@ -103,6 +85,12 @@ type ProxyOptions struct {
 	QueueWait      time.Duration
 	DialTimeout    time.Duration
 	IdleTimeout    time.Duration
+	// CASync keeps KubeVirt's CA bundles in step with the peers over the
+	// hop (needs the hop listener); KubeVirtNamespace is where kubevirt-ca
+	// and kubevirt-external-ca live; CASyncInterval is the periodic offer.
+	CASync            bool
+	KubeVirtNamespace string
+	CASyncInterval    time.Duration
 
 	MetricsAddr      string
 	ProbeAddr        string
@@ -142,6 +130,11 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		ts := &proxy.TargetServer{
 			Cert: o.Cert, Peers: o.Peers, Modes: o.Modes, Resolver: &proxy.ClusterResolver{Reader: mgr.GetCache()},
 			Limiter: limiter, DialTimeout: o.DialTimeout, IdleTimeout: o.IdleTimeout, Log: log.WithName("hop"),
+		}
+		if o.CASync {
+			if err := setupCASync(mgr, o, c.Dialer, ts); err != nil {
+				return nil, fmt.Errorf("setting up the KubeVirt CA exchange: %w", err)
+			}
 		}
 		ln := o.HopListener
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -323,6 +316,9 @@ See docs/migration-proxy.md.`,
 	fs.DurationVar(&o.QueueWait, "queue-wait", proxy.DefaultQueueWait, "how long a migration over the cap waits for a slot")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout of each dial (peer proxy, target virt-handler)")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close a stream that moved no byte for this long")
+	fs.BoolVar(&o.CASync, "kubevirt-ca-sync", true, "keep KubeVirt's CA bundles in step with the peers over the hop: offer kubevirt-ca, store theirs in kubevirt-external-ca (with --peers and the hop listener)")
+	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", proxy.DefaultKubeVirtNamespace, "KubeVirt's namespace: kubevirt-ca and kubevirt-external-ca")
+	fs.DurationVar(&o.CASyncInterval, "kubevirt-ca-sync-interval", proxy.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address; 0 disables")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")

@@ -1,0 +1,68 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kvnet/kvnet/proxy"
+)
+
+// configMapCache is an informer on one ConfigMap (not on every ConfigMap
+// of the cluster), started with the manager: the proxy's RBAC lists and
+// watches it by name only.
+func configMapCache(mgr manager.Manager, namespace, name string) (cache.Cache, cache.Informer, error) {
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:            mgr.GetScheme(),
+		DefaultNamespaces: map[string]cache.Config{namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", name)},
+		},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the cache of ConfigMap %s/%s: %w", namespace, name, err)
+	}
+	inf, err := c.GetInformer(context.Background(), &corev1.ConfigMap{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting the informer of ConfigMap %s/%s: %w", namespace, name, err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, nil, err
+	}
+	return c, inf, nil
+}
+
+// setupCASync keeps the KubeVirt CAs of this cluster and its peers in step
+// over the hop (docs/migration-proxy.md, "KubeVirt CA exchange"): it
+// offers kubevirt-ca on each change and every interval, and makes ts store
+// what peers offer. It runs on the leader only, like the hop listener.
+func setupCASync(mgr manager.Manager, o ProxyOptions, dialer *proxy.Dialer, ts *proxy.TargetServer) error {
+	ns := o.KubeVirtNamespace
+	if ns == "" {
+		ns = proxy.DefaultKubeVirtNamespace
+	}
+	local, inf, err := configMapCache(mgr, ns, proxy.KubeVirtCAName)
+	if err != nil {
+		return err
+	}
+	s := &proxy.CASync{
+		Namespace: ns, Peers: o.Peers, Dialer: dialer, Interval: o.CASyncInterval,
+		LocalCA: local, APIReader: mgr.GetAPIReader(), Client: mgr.GetClient(),
+		Log: mgr.GetLogger().WithName("migration-proxy").WithName("kubevirt-ca"),
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.Trigger() },
+		UpdateFunc: func(any, any) { s.Trigger() },
+		DeleteFunc: func(any) { s.Trigger() },
+	}); err != nil {
+		return fmt.Errorf("watching %s/%s: %w", ns, proxy.KubeVirtCAName, err)
+	}
+	ts.CAs = s
+	return mgr.Add(s)
+}
