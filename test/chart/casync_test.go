@@ -1,0 +1,129 @@
+package chart
+
+import (
+	"context"
+	"crypto/x509"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/certs"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/proxy"
+)
+
+// The chart's RBAC for the KubeVirt CA exchange, on an API server that
+// enforces it, as the proxy's ServiceAccount: the proxy's informer on
+// kubevirt-ca (list and watch by name) syncs, a peer's bundle is stored in
+// kubevirt-external-ca, and nothing else in KubeVirt's namespace is
+// reachable: no other ConfigMap, no list without the name, no create.
+func TestChartRBACOfTheKubeVirtCAExchange(t *testing.T) {
+	ctx := context.Background()
+	c := chartCase{release: "casync", namespace: "casync-system", values: `
+migrationProxy:
+  enabled: true
+  certSecret: proxy-cert
+  peers: [{name: cluster-b, addresses: ["192.0.2.1:9444"], caBundle: "unused here"}]
+  kubevirtCA: {namespace: kv-casync}
+`}
+	const kvNS = "kv-casync"
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kvNS}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kvNS}}) })
+	objs := render(t, c)
+	install(t, c, objs)
+
+	// The proxy gets the flags that point it at KubeVirt's namespace.
+	var dep appsv1.Deployment
+	for _, o := range find(objs, "Deployment") {
+		if o.GetName() == "casync-kvnet-migration-proxy" {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &dep); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	for _, want := range []string{"--kubevirt-ca-sync=true", "--kubevirt-namespace=kv-casync", "--kubevirt-ca-sync-interval=30s"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("proxy args %v lack %s", args, want)
+		}
+	}
+
+	ca, err := certs.NewCA("kubevirt.io", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{proxy.KubeVirtCAName, proxy.ExternalCAName, "kubevirt-config"} {
+		if err := cl.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: kvNS, Name: name},
+			Data: map[string]string{proxy.CABundleKey: string(ca.CertPEM)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := impersonatingKubeconfig(t, "system:serviceaccount:casync-system:casync-kvnet-migration-proxy",
+		"system:serviceaccounts", "system:serviceaccounts:casync-system", "system:authenticated")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := cache.New(cfg, cache.Options{
+		Scheme: app.Scheme(), DefaultNamespaces: map[string]cache.Config{kvNS: {}},
+		ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", proxy.KubeVirtCAName)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.GetInformer(ctx, &corev1.ConfigMap{}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = local.Start(cctx) }()
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	if !local.WaitForCacheSync(sctx) {
+		t.Fatal("the proxy's informer on kubevirt-ca did not sync as the chart's ServiceAccount")
+	}
+
+	s := &proxy.CASync{Namespace: kvNS, Peers: []*proxy.Peer{{Name: "cluster-b"}}, LocalCA: local, APIReader: sa, Client: sa}
+	if offer, err := s.LocalOffer(ctx); err != nil || len(offer) != 1 {
+		t.Fatalf("reading kubevirt-ca as the proxy: %d certificates, %v", len(offer), err)
+	}
+	peerCA, err := certs.NewCA("kubevirt.io", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReceiveCAs(ctx, "cluster-b", []*x509.Certificate{peerCA.Cert}); err != nil {
+		t.Fatalf("storing a peer's CA as the proxy: %v", err)
+	}
+
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s as the proxy: got %v, want Forbidden", what, err)
+		}
+	}
+	var cm corev1.ConfigMap
+	forbidden("reading kubevirt-config", sa.Get(ctx, client.ObjectKey{Namespace: kvNS, Name: "kubevirt-config"}, &cm))
+	forbidden("listing every ConfigMap", sa.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(kvNS)))
+	forbidden("creating a ConfigMap", sa.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: kvNS, Name: "x"}}))
+	if err := sa.Get(ctx, client.ObjectKey{Namespace: kvNS, Name: proxy.KubeVirtCAName}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[proxy.CABundleKey] = "overwritten"
+	forbidden("updating kubevirt-ca", sa.Update(ctx, &cm))
+}
