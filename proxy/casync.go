@@ -292,6 +292,9 @@ func (s *TargetServer) receiveCAs(ctx context.Context, log logr.Logger, peer *Pe
 		deny(RefusedBadCABundle, err)
 		return
 	}
+	// The verdict must reach the peer before its handshake timeout.
+	ctx, cancel := context.WithTimeout(ctx, orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout))
+	defer cancel()
 	if err := s.CAs.ReceiveCAs(ctx, peer.Name, certs); err != nil {
 		deny(RefusedCAStore, err)
 		return

@@ -58,7 +58,10 @@ func mappingsCache(mgr manager.Manager, store proxy.MappingStore) (cache.Cache, 
 		name = proxy.DefaultMappingsName
 	}
 	c, _, err := configMapCache(mgr, store.Namespace, name)
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	return c, mgr.Add(c)
 }
 
 // ProxyOptions are `kvnet proxy`'s process settings.

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -15,8 +16,8 @@ import (
 )
 
 // configMapCache is an informer on one ConfigMap (not on every ConfigMap
-// of the cluster), started with the manager: the proxy's RBAC lists and
-// watches it by name only.
+// of the cluster): the proxy's RBAC lists and watches it by name only.
+// The caller starts it (mgr.Add, or a runnable of its own).
 func configMapCache(mgr manager.Manager, namespace, name string) (cache.Cache, cache.Informer, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme:            mgr.GetScheme(),
@@ -31,9 +32,6 @@ func configMapCache(mgr manager.Manager, namespace, name string) (cache.Cache, c
 	inf, err := c.GetInformer(context.Background(), &corev1.ConfigMap{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting the informer of ConfigMap %s/%s: %w", namespace, name, err)
-	}
-	if err := mgr.Add(c); err != nil {
-		return nil, nil, err
 	}
 	return c, inf, nil
 }
@@ -64,5 +62,32 @@ func setupCASync(mgr manager.Manager, o ProxyOptions, dialer *proxy.Dialer, ts *
 		return fmt.Errorf("watching %s/%s: %w", ns, proxy.KubeVirtCAName, err)
 	}
 	ts.CAs = s
-	return mgr.Add(s)
+	// The cache starts with the exchange, on the leader, and not in the
+	// manager's cache group: the manager waits for those to sync before it
+	// starts anything, so a Role missing in KubeVirt's namespace would stop
+	// the whole proxy rather than only the exchange.
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		go func() {
+			if err := local.Start(ctx); err != nil {
+				s.Log.Error(err, "the kubevirt-ca informer stopped")
+			}
+		}()
+		for {
+			wctx, cancel := context.WithTimeout(ctx, caCacheSyncWarning)
+			synced := local.WaitForCacheSync(wctx)
+			cancel()
+			if synced {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.Log.Error(nil, "cannot read kubevirt-ca yet; is the proxy's Role in KubeVirt's namespace missing?", "namespace", ns, "waited", caCacheSyncWarning.String())
+		}
+		return s.Start(ctx)
+	}))
 }
+
+// caCacheSyncWarning is how long the kubevirt-ca informer may take to sync
+// before each log line that says so.
+const caCacheSyncWarning = 30 * time.Second
