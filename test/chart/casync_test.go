@@ -3,16 +3,14 @@ package chart
 import (
 	"context"
 	"crypto/x509"
-	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,15 +26,46 @@ import (
 // kubevirt-external-ca, and nothing else in KubeVirt's namespace is
 // reachable: no other ConfigMap, no list without the name, no create.
 func TestChartRBACOfTheKubeVirtCAExchange(t *testing.T) {
-	ctx := context.Background()
-	c := chartCase{release: "casync", namespace: "casync-system", values: `
+	migration := `
+config:
+  migration:
+    inCluster: {nad: kubevirt/migration, pool: {cidr: 10.10.0.0/24}}
+    crossCluster: {nad: kubevirt/crosscluster, addresses: [10.20.0.1/24]}
+`
+	for name, tc := range map[string]struct {
+		c          chartCase
+		kvNS, user string
+		args       string // the Deployment's, or kvnet's config with the sidecar
+	}{
+		"separate Deployment": {
+			c: chartCase{release: "casync", namespace: "casync-system", values: `
 migrationProxy:
   enabled: true
+  sidecar: {enabled: false}
   certSecret: proxy-cert
   peers: [{name: cluster-b, addresses: ["192.0.2.1:9444"], caBundle: "unused here"}]
   kubevirtCA: {namespace: kv-casync}
-`}
-	const kvNS = "kv-casync"
+`},
+			kvNS: "kv-casync", user: "system:serviceaccount:casync-system:casync-kvnet-migration-proxy",
+		},
+		"sidecar of the synchronization controllers": {
+			c: chartCase{release: "casync2", namespace: "casync2-system", values: migration + `
+migrationProxy:
+  enabled: true
+  sidecar: {namespace: kv-casync2}
+  certSecret: proxy-cert
+  peers: [{name: cluster-b, addresses: ["192.0.2.1:9444"], caBundle: "unused here"}]
+  kubevirtCA: {namespace: kv-casync2}
+`},
+			kvNS: "kv-casync2", user: "system:serviceaccount:kv-casync2:kubevirt-synchronization-controller",
+		},
+	} {
+		t.Run(name, func(t *testing.T) { chartRBACOfTheKubeVirtCAExchange(t, tc.c, tc.kvNS, tc.user) })
+	}
+}
+
+func chartRBACOfTheKubeVirtCAExchange(t *testing.T, c chartCase, kvNS, user string) {
+	ctx := context.Background()
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kvNS}}); err != nil {
 		t.Fatal(err)
 	}
@@ -44,19 +73,17 @@ migrationProxy:
 	objs := render(t, c)
 	install(t, c, objs)
 
-	// The proxy gets the flags that point it at KubeVirt's namespace.
-	var dep appsv1.Deployment
-	for _, o := range find(objs, "Deployment") {
-		if o.GetName() == "casync-kvnet-migration-proxy" {
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &dep); err != nil {
-				t.Fatal(err)
-			}
+	// The proxy gets the flags that point it at KubeVirt's namespace, in
+	// its Deployment or in the sidecar container of kvnet's config.
+	var rendered string
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), "-migration-proxy") || o.GetKind() == "ConfigMap" && o.GetLabels()["app.kubernetes.io/component"] != "migration-proxy" {
+			rendered += toYAML(o.Object)
 		}
 	}
-	args := dep.Spec.Template.Spec.Containers[0].Args
-	for _, want := range []string{"--kubevirt-ca-sync=true", "--kubevirt-namespace=kv-casync", "--kubevirt-ca-sync-interval=30s"} {
-		if !slices.Contains(args, want) {
-			t.Errorf("proxy args %v lack %s", args, want)
+	for _, want := range []string{"--kubevirt-ca-sync=true", "--kubevirt-namespace=" + kvNS, "--kubevirt-ca-sync-interval=30s"} {
+		if !strings.Contains(rendered, want) {
+			t.Errorf("the proxy's args lack %s", want)
 		}
 	}
 
@@ -70,8 +97,8 @@ migrationProxy:
 			t.Fatal(err)
 		}
 	}
-	kc := impersonatingKubeconfig(t, "system:serviceaccount:casync-system:casync-kvnet-migration-proxy",
-		"system:serviceaccounts", "system:serviceaccounts:casync-system", "system:authenticated")
+	saNS := strings.Split(user, ":")[2]
+	kc := impersonatingKubeconfig(t, user, "system:serviceaccounts", "system:serviceaccounts:"+saNS, "system:authenticated")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
 		t.Fatal(err)

@@ -95,6 +95,9 @@ container:
     - --peers=/etc/kvnet/proxy-peers/peers.yaml
     - --cert-file=/etc/kvnet/proxy/tls.crt
     - --key-file=/etc/kvnet/proxy/tls.key
+    - --kubevirt-ca-sync={{ $p.kubevirtCA.sync }}
+    - --kubevirt-namespace={{ $p.kubevirtCA.namespace }}
+    - --kubevirt-ca-sync-interval={{ $p.kubevirtCA.interval }}
     {{- end }}
     - --mode={{ $p.mode }}
     - --max-migrations={{ $p.maxMigrations }}
