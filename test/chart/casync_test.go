@@ -55,7 +55,6 @@ migrationProxy:
   sidecar: {namespace: kv-casync2}
   certSecret: proxy-cert
   peers: [{name: cluster-b, addresses: ["192.0.2.1:9444"], caBundle: "unused here"}]
-  kubevirtCA: {namespace: kv-casync2}
 `},
 			kvNS: "kv-casync2", user: "system:serviceaccount:kv-casync2:kubevirt-synchronization-controller",
 		},

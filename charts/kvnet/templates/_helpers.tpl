@@ -96,7 +96,7 @@ container:
     - --cert-file=/etc/kvnet/proxy/tls.crt
     - --key-file=/etc/kvnet/proxy/tls.key
     - --kubevirt-ca-sync={{ $p.kubevirtCA.sync }}
-    - --kubevirt-namespace={{ $p.kubevirtCA.namespace }}
+    - --kubevirt-namespace={{ $p.kubevirtCA.namespace | default $p.sidecar.namespace }}
     - --kubevirt-ca-sync-interval={{ $p.kubevirtCA.interval }}
     {{- end }}
     - --mode={{ $p.mode }}
