@@ -602,7 +602,7 @@ func configFromValues(t *testing.T, vals map[string]any) *config.Config {
 func TestChartSidecarRunsTheDeploymentsProxy(t *testing.T) {
 	sidecar := chartCase{release: "kvnet", namespace: "kvnet-drift", values: sidecarValues}
 	separate := chartCase{release: "kvnet", namespace: "kvnet-drift",
-		values: strings.Replace(sidecarValues, "sidecar: {namespace: kv-sidecar}", "sidecar: {enabled: false}", 1)}
+		values: strings.Replace(sidecarValues, "sidecar: {namespace: kv-sidecar}", "sidecar: {enabled: false, namespace: kv-sidecar}", 1)}
 
 	var cm corev1.ConfigMap
 	decodeKind(t, render(t, sidecar), "ConfigMap", &cm)
