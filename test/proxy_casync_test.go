@@ -201,8 +201,13 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 	offer := func(cert *certstest.PKI, bundle []byte) error {
 		return (&proxy.Dialer{Cert: cert.Cert}).OfferCAs(ctx, peerB, bundle)
 	}
+	_, before, _, err := externalCA(b.Client, kvNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvIntruder := kubevirtCA(t)
 	untrusted := metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": proxy.RefusedUntrustedPeer.String()})
-	if err := offer(px, proxy.EncodeCerts([]*x509.Certificate{kvX})); err == nil {
+	if err := offer(px, proxy.EncodeCerts([]*x509.Certificate{kvIntruder})); err == nil {
 		t.Error("a peer that is not configured had its CA bundle accepted")
 	}
 	framework.Eventually(t, "the unconfigured peer's refusal is counted", caSyncTimeout, func() error {
@@ -226,6 +231,9 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 			t.Errorf("%s: kvnet_proxy_ca_exchange_failures_total%v %v -> %v, want +1", what, badLabels, before, after)
 		}
 	}
+	if _, after, _, err := externalCA(b.Client, kvNS); err != nil || after != before {
+		t.Fatalf("refused offers changed cluster B's kubevirt-external-ca (%v):\n%s\n->\n%s", err, before, after)
+	}
 	// A configured peer writes its own slot, and only that: cluster A's
 	// entry stays beside it, and A's next offers leave C's alone.
 	if err := offer(pc, proxy.EncodeCerts([]*x509.Certificate{kvX})); err != nil {
@@ -235,7 +243,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := holds(got, []*x509.Certificate{kvA1, kvX}, nil); err != nil {
+	if err := holds(got, []*x509.Certificate{kvA1, kvX}, []*x509.Certificate{kvIntruder}); err != nil {
 		t.Fatalf("after cluster C's offer: %v", err)
 	}
 	if len(slots["cluster-c"]) != 1 || slots["cluster-c"][0] != proxy.Fingerprint(kvX) || len(slots["cluster-a"]) != 1 {
