@@ -39,7 +39,8 @@ func (r *ClusterResolver) Resolve(ctx context.Context, id string) (Endpoint, boo
 		if ms == nil || ms.TargetState == nil || ms.TargetState.NodeAddress == nil || *ms.TargetState.NodeAddress == "" {
 			return Endpoint{}, false, nil // the target has not announced its endpoint yet
 		}
-		return Endpoint{Address: *ms.TargetState.NodeAddress, Ports: maps.Clone(ms.TargetState.DirectMigrationNodePorts)}, true, nil
+		return Endpoint{Address: *ms.TargetState.NodeAddress, Ports: maps.Clone(ms.TargetState.DirectMigrationNodePorts),
+			Migration: client.ObjectKeyFromObject(m), UID: m.UID}, true, nil
 	}
 	return Endpoint{}, false, nil
 }

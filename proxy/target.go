@@ -8,18 +8,21 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Endpoint is where a receiving migration's stream goes in this cluster:
 // the target virt-handler's in-cluster address and the ports its
-// targetState announces.
+// targetState announces, and the receiving VMIM it was found through (the
+// binding lasts as long as that VMIM).
 type Endpoint struct {
-	Address string
-	Ports   map[string]int
+	Address   string
+	Ports     map[string]int
+	Migration types.NamespacedName
+	UID       types.UID
 }
 
 // Resolver finds the in-flight receiving migration (a VMIM with
@@ -54,14 +57,18 @@ type TargetServer struct {
 	OnRefused func(peer string, r Refusal)
 	// CAs stores the KubeVirt CA bundles peers offer; nil refuses them.
 	CAs CAReceiver
-
-	mu    sync.Mutex
-	bound map[string]string // migration ID -> the peer that first presented it
+	// Bindings tie each migration to the first peer that presents it; nil
+	// keeps them in this process's memory (tests only: a new leader would
+	// not know them). kvnet proxy passes a BindingStore.
+	Bindings Bindings
 }
 
 // Serve accepts hop connections on ln until ctx ends, with the accept
 // discipline of every kvnet listener (see serveListener).
 func (s *TargetServer) Serve(ctx context.Context, ln net.Listener) error {
+	if s.Bindings == nil {
+		s.Bindings = &memoryBindings{}
+	}
 	return serveListener(ctx, ln, s.Log, nil, func(ctx context.Context, c net.Conn) { s.handle(ctx, c) })
 }
 
@@ -167,7 +174,6 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		deny(RefusedLookup, err)
 		return
 	case !ok:
-		s.unbind(pre.MigrationID)
 		deny(RefusedUnknownMigration, nil)
 		return
 	}
@@ -176,7 +182,15 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		deny(RefusedPort, nil)
 		return
 	}
-	if !s.bind(pre.MigrationID, peer.Name) {
+	// Durable before the verdict: no replica can accept another peer for
+	// this migration once this one has said "accepted".
+	bound, err := s.Bindings.Bind(ctx, Binding{MigrationID: pre.MigrationID, Peer: peer.Name,
+		Namespace: ep.Migration.Namespace, VMIM: ep.Migration.Name, UID: ep.UID})
+	switch {
+	case err != nil:
+		deny(RefusedLookup, err)
+		return
+	case !bound:
 		deny(RefusedOtherPeer, nil)
 		return
 	}
@@ -221,29 +235,6 @@ func (s *TargetServer) modeAllowed(m Mode) bool {
 		}
 	}
 	return false
-}
-
-// bind ties migration id to the first peer that presents it: another
-// trusted peer cannot take over (or inject into) that migration.
-func (s *TargetServer) bind(id, peer string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.bound == nil {
-		s.bound = map[string]string{}
-	}
-	if cur, ok := s.bound[id]; ok {
-		return cur == peer
-	}
-	s.bound[id] = peer
-	return true
-}
-
-// unbind forgets a migration the cluster no longer has in flight, so the
-// bindings do not grow without bound.
-func (s *TargetServer) unbind(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.bound, id)
 }
 
 // runStream relays one accepted stream with live per-migration counters

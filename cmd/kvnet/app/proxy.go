@@ -130,9 +130,21 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		if len(o.Peers) == 0 {
 			return nil, fmt.Errorf("the hop listener needs at least one peer: it accepts only peer proxies")
 		}
+		bc, _, err := configMapCache(mgr, o.Namespace, proxy.DefaultBindingsName)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(bc); err != nil {
+			return nil, err
+		}
+		bindings, err := proxy.SetupBindings(mgr, proxy.BindingStore{Namespace: o.Namespace}, bc, log.WithName("bindings"))
+		if err != nil {
+			return nil, err
+		}
 		ts := &proxy.TargetServer{
 			Cert: o.Cert, Peers: o.Peers, Modes: o.Modes, Resolver: &proxy.ClusterResolver{Reader: mgr.GetCache()},
 			Limiter: limiter, DialTimeout: o.DialTimeout, IdleTimeout: o.IdleTimeout, Log: log.WithName("hop"),
+			Bindings: bindings,
 		}
 		if o.CASync {
 			if err := setupCASync(mgr, o, c.Dialer, ts); err != nil {

@@ -1,0 +1,364 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/test/framework"
+)
+
+// bindingsRig is the target cluster of the binding tests: a control plane
+// of its own (so no other test's migrations or proxies are in it), a fake
+// target virt-handler port, and three peer identities: cluster-a and
+// cluster-c are both trusted peers of the target, cluster-b is the target.
+type bindingsRig struct {
+	cluster    *framework.Cluster
+	echo       *proxyEchoTarget
+	pa, pb, pc *certstest.PKI
+}
+
+// receive creates a receiving VMIM with migration ID id and its VMI with
+// the endpoint the target virt-handler announces, in ns.
+func (r *bindingsRig) receive(t *testing.T, ns, name, id string) *kubevirtv1.VirtualMachineInstanceMigration {
+	t.Helper()
+	ctx := context.Background()
+	c := r.cluster.Client
+	vmi := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{}},
+	}
+	mustCreate(t, c, vmi)
+	vmim := &kubevirtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-in"},
+		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: name,
+			Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: id}},
+	}
+	mustCreate(t, c, vmim)
+	vmi.Status = kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Scheduled, MigrationState: &kubevirtv1.VirtualMachineInstanceMigrationState{
+		MigrationUID: vmim.UID,
+		TargetState: &kubevirtv1.VirtualMachineInstanceMigrationTargetState{
+			VirtualMachineInstanceCommonMigrationState: kubevirtv1.VirtualMachineInstanceCommonMigrationState{Node: "node-b", MigrationUID: vmim.UID},
+			NodeAddress: ptr.To("127.0.0.1"), DirectMigrationNodePorts: map[string]int{r.echo.port(): 49152},
+		},
+	}}
+	if err := c.Update(ctx, vmi); err != nil {
+		t.Fatalf("announcing the target endpoint of %s: %v", name, err)
+	}
+	return vmim
+}
+
+// runningProxy is one `kvnet proxy` replica of the target cluster.
+type runningProxy struct {
+	mgr  manager.Manager
+	hop  string
+	stop func()
+}
+
+// start runs a proxy replica in namespace ns (its lease and bindings);
+// leaderElect puts it under the lease "kvnet-migration-proxy" of ns. Its
+// stop ends it as SIGTERM does (the lease is released).
+func (r *bindingsRig) start(t *testing.T, ns string, leaderElect bool) *runningProxy {
+	t.Helper()
+	hop, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := app.NewProxyManager(r.cluster.Config, app.ProxyOptions{
+		AdvertiseAddress: "127.0.0.1", HopListener: hop, Cert: r.pb.Cert,
+		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: r.pa.Pool}, {Name: "cluster-c", CAs: r.pc.Pool}},
+		MetricsAddr: "0", ProbeAddr: "0", Namespace: ns,
+		LeaderElect: leaderElect, LeaderElectionID: "kvnet-migration-proxy",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	p := &runningProxy{mgr: mgr, hop: hop.Addr().String()}
+	p.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("proxy manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(p.stop)
+	return p
+}
+
+// dial presents migration id to proxy p as peer (cluster-a or cluster-c)
+// and closes the stream once the verdict is in; nil means accepted.
+func (r *bindingsRig) dial(p *runningProxy, peer, id string) error {
+	cert := r.pa.Cert
+	if peer == "cluster-c" {
+		cert = r.pc.Cert
+	}
+	port, _ := strconv.Atoi(r.echo.port())
+	target := &proxy.Peer{Name: "cluster-b", Addresses: []string{p.hop}, CAs: r.pb.Pool}
+	c, err := (&proxy.Dialer{Cert: cert, Mode: proxy.ModeTLS}).Dial(context.Background(), target, id, uint16(port))
+	if err == nil {
+		_ = c.Close()
+	}
+	return err
+}
+
+// refusedFor says whether err is the target's refusal r.
+func refusedFor(err error, r proxy.Refusal) bool {
+	var re *proxy.RefusedError
+	return errors.As(err, &re) && re.Reason == r
+}
+
+// bindingsOf reads the bindings ConfigMap of ns from the API (not from any
+// proxy's cache): what a new leader would find.
+func (r *bindingsRig) bindingsOf(t *testing.T, ns string) map[string]proxy.Binding {
+	t.Helper()
+	var cm corev1.ConfigMap
+	err := r.cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: proxy.DefaultBindingsName}, &cm)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("reading the bindings ConfigMap: %v", err)
+	}
+	out := map[string]proxy.Binding{}
+	for k, v := range cm.Data {
+		var b proxy.Binding
+		if err := json.Unmarshal([]byte(v), &b); err != nil {
+			t.Fatalf("binding %s: %v", k, err)
+		}
+		out[b.MigrationID] = b
+	}
+	return out
+}
+
+// bindingsGauge reads kvnet_proxy_bindings.
+func bindingsGauge(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "kvnet_proxy_bindings" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("kvnet_proxy_bindings is not exported")
+	return 0
+}
+
+// waitResolvable waits until proxy p's cache has the receiving VMIM (its
+// hop resolves migrations from that cache).
+func waitResolvable(t *testing.T, p *runningProxy, vmim *kubevirtv1.VirtualMachineInstanceMigration) {
+	t.Helper()
+	framework.Eventually(t, "the proxy's cache has "+vmim.Name, framework.CacheTimeout, func() error {
+		return p.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(vmim), &kubevirtv1.VirtualMachineInstanceMigration{})
+	})
+}
+
+// TestProxyBindings shows the target side's migration bindings living in
+// the cluster, not in one process: they survive a leader hand-over, hold
+// when two replicas accept on the hop at once, and go away when their
+// migration ends.
+func TestProxyBindings(t *testing.T) {
+	b, err := framework.StartCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	rig := &bindingsRig{cluster: b, echo: newProxyEchoTarget(t),
+		pa: certstest.New(t, "cluster-a"), pb: certstest.New(t, "cluster-b"), pc: certstest.New(t, "cluster-c")}
+	namespace := func(t *testing.T, name string) string {
+		mustCreate(t, b.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		return name
+	}
+
+	// The leader binds M to cluster-a and is stopped; the new leader, which
+	// never saw that stream, refuses cluster-c for M and accepts cluster-a.
+	t.Run("hand-over", func(t *testing.T) {
+		ns := namespace(t, "bind-handover")
+		vmim := rig.receive(t, ns, "vm1", "mig-handover")
+		r1, r2 := rig.start(t, ns, true), rig.start(t, ns, true)
+		var leader, next *runningProxy
+		select {
+		case <-r1.mgr.Elected():
+			leader, next = r1, r2
+		case <-r2.mgr.Elected():
+			leader, next = r2, r1
+		case <-time.After(60 * time.Second):
+			t.Fatal("no replica took the lease")
+		}
+		waitResolvable(t, leader, vmim)
+		if err := rig.dial(leader, "cluster-a", "mig-handover"); err != nil {
+			t.Fatalf("the leader refused cluster-a's first stream: %v", err)
+		}
+		if got := rig.bindingsOf(t, ns)["mig-handover"]; got.Peer != "cluster-a" || got.UID != vmim.UID {
+			t.Fatalf("after the verdict the stored binding is %+v, want cluster-a for VMIM %s", got, vmim.UID)
+		}
+		leader.stop()
+		select {
+		case <-next.mgr.Elected():
+		case <-time.After(60 * time.Second):
+			t.Fatal("the second replica never took the lease")
+		}
+		waitResolvable(t, next, vmim)
+		if err := rig.dial(next, "cluster-c", "mig-handover"); !refusedFor(err, proxy.RefusedOtherPeer) {
+			t.Fatalf("the new leader answered cluster-c's stream for a migration bound to cluster-a with %v, want %s", err, proxy.RefusedOtherPeer)
+		}
+		if err := rig.dial(next, "cluster-a", "mig-handover"); err != nil {
+			t.Fatalf("the new leader refused cluster-a's next stream: %v", err)
+		}
+	})
+
+	// Two replicas both serving the hop (no lease between them), each
+	// presented the same new migration by a different peer at the same
+	// moment: exactly one peer wins, on both replicas, and the stored
+	// binding names it.
+	t.Run("race", func(t *testing.T) {
+		ns := namespace(t, "bind-race")
+		const n = 12
+		var vmims []*kubevirtv1.VirtualMachineInstanceMigration
+		for i := range n {
+			vmims = append(vmims, rig.receive(t, ns, fmt.Sprintf("vm%d", i), fmt.Sprintf("mig-race-%d", i)))
+		}
+		r1, r2 := rig.start(t, ns, false), rig.start(t, ns, false)
+		for _, m := range vmims {
+			waitResolvable(t, r1, m)
+			waitResolvable(t, r2, m)
+		}
+		for i := range n {
+			id := fmt.Sprintf("mig-race-%d", i)
+			var errA, errC error
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			wg.Go(func() { <-start; errA = rig.dial(r1, "cluster-a", id) })
+			wg.Go(func() { <-start; errC = rig.dial(r2, "cluster-c", id) })
+			close(start)
+			wg.Wait()
+			winner, loserErr := "cluster-a", errC
+			if errA != nil {
+				winner, loserErr = "cluster-c", errA
+			}
+			if (errA == nil) == (errC == nil) {
+				t.Fatalf("%s: cluster-a on replica 1: %v; cluster-c on replica 2: %v; want exactly one accepted", id, errA, errC)
+			}
+			if !refusedFor(loserErr, proxy.RefusedOtherPeer) {
+				t.Fatalf("%s: the losing peer got %v, want %s", id, loserErr, proxy.RefusedOtherPeer)
+			}
+			if got := rig.bindingsOf(t, ns)[id].Peer; got != winner {
+				t.Fatalf("%s: %s was accepted but the stored binding names %q", id, winner, got)
+			}
+			// The loser is refused on the other replica as well.
+			loser, other := "cluster-c", r1
+			if winner == "cluster-c" {
+				loser, other = "cluster-a", r2
+			}
+			if err := rig.dial(other, loser, id); !refusedFor(err, proxy.RefusedOtherPeer) {
+				t.Fatalf("%s: %s on the winner's replica got %v, want %s", id, loser, err, proxy.RefusedOtherPeer)
+			}
+		}
+		if got := len(rig.bindingsOf(t, ns)); got != n {
+			t.Fatalf("%d bindings stored, want %d", got, n)
+		}
+	})
+
+	// Bindings go when their migration ends, without any peer coming back:
+	// a Succeeded VMIM, a Failed one, a deleted one, and one deleted while
+	// no proxy ran.
+	t.Run("shrink", func(t *testing.T) {
+		ns := namespace(t, "bind-shrink")
+		ctx := context.Background()
+		ids := []string{"mig-succeeds", "mig-fails", "mig-deleted", "mig-deleted-while-down"}
+		vmims := map[string]*kubevirtv1.VirtualMachineInstanceMigration{}
+		for i, id := range ids {
+			vmims[id] = rig.receive(t, ns, fmt.Sprintf("vm%d", i), id)
+		}
+		p := rig.start(t, ns, true)
+		for _, id := range ids {
+			waitResolvable(t, p, vmims[id])
+			if err := rig.dial(p, "cluster-a", id); err != nil {
+				t.Fatalf("binding %s: %v", id, err)
+			}
+		}
+		held := func(want ...string) func() error {
+			return func() error {
+				got := rig.bindingsOf(t, ns)
+				if !sameKeys(got, want) {
+					return fmt.Errorf("bindings held: %v, want %v", slices.Sorted(maps.Keys(got)), want)
+				}
+				if g := bindingsGauge(t); g != float64(len(want)) {
+					return fmt.Errorf("kvnet_proxy_bindings is %v, want %d", g, len(want))
+				}
+				return nil
+			}
+		}
+		framework.Eventually(t, "four bindings", framework.CacheTimeout, held(ids...))
+
+		phase := func(id string, ph kubevirtv1.VirtualMachineInstanceMigrationPhase) {
+			m := vmims[id]
+			if err := b.Client.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+				t.Fatal(err)
+			}
+			m.Status.Phase = ph
+			if err := b.Client.Status().Update(ctx, m); err != nil {
+				t.Fatalf("setting %s to %s: %v", m.Name, ph, err)
+			}
+		}
+		phase("mig-succeeds", kubevirtv1.MigrationSucceeded)
+		framework.Eventually(t, "the Succeeded migration's binding removed", framework.CacheTimeout, held(ids[1:]...))
+		phase("mig-fails", kubevirtv1.MigrationFailed)
+		framework.Eventually(t, "the Failed migration's binding removed", framework.CacheTimeout, held(ids[2:]...))
+		if err := b.Client.Delete(ctx, vmims["mig-deleted"]); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, "the deleted migration's binding removed", framework.CacheTimeout, held(ids[3:]...))
+
+		// The proxy is down while the last VMIM is deleted: the next one
+		// finds the binding at start and removes it.
+		p.stop()
+		if err := b.Client.Delete(ctx, vmims["mig-deleted-while-down"]); err != nil {
+			t.Fatal(err)
+		}
+		if got := rig.bindingsOf(t, ns); len(got) != 1 {
+			t.Fatalf("with no proxy running the binding is already gone: %v", got)
+		}
+		rig.start(t, ns, true)
+		framework.Eventually(t, "the binding of the migration deleted while no proxy ran removed", framework.CacheTimeout, held())
+	})
+}
+
+func sameKeys(m map[string]proxy.Binding, want []string) bool {
+	if len(m) != len(want) {
+		return false
+	}
+	for _, k := range want {
+		if _, ok := m[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
