@@ -184,8 +184,13 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	}
 	// Durable before the verdict: no replica can accept another peer for
 	// this migration once this one has said "accepted".
-	bound, err := s.Bindings.Bind(ctx, Binding{MigrationID: pre.MigrationID, Peer: peer.Name,
+	// A store that cannot answer (its cache never synced, the API is away)
+	// is a counted refusal, not a hang: half the handshake timeout, which
+	// the source's wait for the verdict spans, so the source still hears it.
+	bctx, cancel := context.WithTimeout(ctx, orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout)/2)
+	bound, err := s.Bindings.Bind(bctx, Binding{MigrationID: pre.MigrationID, Peer: peer.Name,
 		Namespace: ep.Migration.Namespace, VMIM: ep.Migration.Name, UID: ep.UID})
+	cancel()
 	switch {
 	case err != nil:
 		deny(RefusedLookup, err)

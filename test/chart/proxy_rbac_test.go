@@ -1,0 +1,172 @@
+package chart
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/test/framework"
+)
+
+// The target side of `kvnet proxy`, authenticated as the chart's proxy
+// ServiceAccount (impersonation, on an API server that enforces RBAC),
+// wins its lease, binds a migration to the peer that presents it in the
+// bindings ConfigMap and removes the binding when the migration ends: the
+// chart grants every verb that takes, on that one object by name.
+func TestChartRBACIsEnoughForProxyBindings(t *testing.T) {
+	ctx := context.Background()
+	c := chartCase{release: "pxrbac", namespace: "pxrbac-system", values: "migrationProxy: {enabled: true}\n"}
+	objs := render(t, c)
+	install(t, c, objs)
+	// No kvnet webhook runs here: its configurations would refuse the VMIs.
+	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		for _, o := range find(objs, kind) {
+			if err := cl.Delete(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var sa string
+	for _, o := range find(objs, "Deployment") {
+		if o.GetLabels()["app.kubernetes.io/component"] != "migration-proxy" {
+			continue
+		}
+		var dep appsv1.Deployment
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &dep); err != nil {
+			t.Fatal(err)
+		}
+		sa = dep.Spec.Template.Spec.ServiceAccountName
+	}
+	if sa == "" {
+		t.Fatal("no migration proxy Deployment rendered")
+	}
+	cfg := rest.CopyConfig(testEnv.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + c.namespace + ":" + sa,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"}}
+
+	// The target virt-handler's port, and a receiving migration announcing it.
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = echo.Close() })
+	go func() {
+		for {
+			conn, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer conn.Close(); _, _ = io.Copy(io.Discard, conn) }()
+		}
+	}()
+	port := echo.Addr().(*net.TCPAddr).Port
+	ns := "pxrbac-vms"
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1"},
+		Spec: kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{}}}
+	vmim := &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1-in"},
+		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1",
+			Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: "mig-rbac"}}}
+	for _, o := range []client.Object{vmi, vmim} {
+		if err := cl.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vmi.Status = kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Scheduled, MigrationState: &kubevirtv1.VirtualMachineInstanceMigrationState{
+		MigrationUID: vmim.UID,
+		TargetState: &kubevirtv1.VirtualMachineInstanceMigrationTargetState{
+			NodeAddress: ptr.To("127.0.0.1"), DirectMigrationNodePorts: map[string]int{strconv.Itoa(port): 49152},
+		},
+	}}
+	if err := cl.Update(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+
+	pa, pb := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
+	hop, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := app.NewProxyManager(cfg, app.ProxyOptions{
+		AdvertiseAddress: "127.0.0.1", HopListener: hop, Cert: pb.Cert,
+		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}},
+		MetricsAddr: "0", ProbeAddr: "0", Namespace: c.namespace,
+		LeaderElect: true, LeaderElectionID: "kvnet-migration-proxy",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the proxy as the chart's ServiceAccount: %v", err)
+		}
+	})
+	select {
+	case <-mgr.Elected():
+	case err := <-done:
+		t.Fatalf("the proxy stopped before it took the lease: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the proxy never took its lease as the chart's ServiceAccount")
+	}
+
+	peer := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool}
+	framework.Eventually(t, "cluster-a's stream accepted", time.Minute, func() error {
+		conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, peer, "mig-rbac", uint16(port))
+		if err != nil {
+			var re *proxy.RefusedError
+			if errors.As(err, &re) && re.Reason == proxy.RefusedLookup {
+				t.Fatalf("refused %s: the binding could not be read or written as the chart's ServiceAccount", re.Reason)
+			}
+			return err // unknown-migration until the proxy's cache has the VMIM
+		}
+		return conn.Close()
+	})
+	key := client.ObjectKey{Namespace: c.namespace, Name: proxy.DefaultBindingsName}
+	var cm corev1.ConfigMap
+	if err := cl.Get(ctx, key, &cm); err != nil {
+		t.Fatalf("the bindings ConfigMap after an accepted stream: %v", err)
+	}
+	var b proxy.Binding
+	if err := json.Unmarshal([]byte(cm.Data["mig-rbac"]), &b); err != nil || b.Peer != "cluster-a" {
+		t.Fatalf("binding of mig-rbac: %q (%v), want peer cluster-a", cm.Data["mig-rbac"], err)
+	}
+
+	vmim.Status.Phase = kubevirtv1.MigrationSucceeded
+	if err := cl.Status().Update(ctx, vmim); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, "the ended migration's binding removed by the proxy", time.Minute, func() error {
+		if err := cl.Get(ctx, key, &cm); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if _, ok := cm.Data["mig-rbac"]; ok {
+			return fmt.Errorf("still bound: %v", cm.Data)
+		}
+		return nil
+	})
+}
