@@ -8,11 +8,12 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,8 +34,22 @@ import (
 // bindings ConfigMap and removes the binding when the migration ends: the
 // chart grants every verb that takes, on that one object by name.
 func TestChartRBACIsEnoughForProxyBindings(t *testing.T) {
+	for name, c := range map[string]chartCase{
+		"sidecar": {release: "pxrbac", namespace: "pxrbac-system", values: `
+migrationProxy: {enabled: true, sidecar: {namespace: pxrbac-kubevirt}}
+config:
+  migration:
+    inCluster: {nad: pxrbac-kubevirt/migration, pool: {cidr: 10.10.0.0/24}}
+    crossCluster: {nad: pxrbac-kubevirt/crosscluster, addresses: [10.20.0.10/24]}
+`},
+		"deployment": {release: "pxdep", namespace: "pxdep-system", values: "migrationProxy: {enabled: true, sidecar: {enabled: false}}\n"},
+	} {
+		t.Run(name, func(t *testing.T) { proxyBindsAsChartServiceAccount(t, c) })
+	}
+}
+
+func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 	ctx := context.Background()
-	c := chartCase{release: "pxrbac", namespace: "pxrbac-system", values: "migrationProxy: {enabled: true}\n"}
 	objs := render(t, c)
 	install(t, c, objs)
 	// No kvnet webhook runs here: its configurations would refuse the VMIs.
@@ -45,23 +60,26 @@ func TestChartRBACIsEnoughForProxyBindings(t *testing.T) {
 			}
 		}
 	}
-	var sa string
-	for _, o := range find(objs, "Deployment") {
-		if o.GetLabels()["app.kubernetes.io/component"] != "migration-proxy" {
-			continue
-		}
-		var dep appsv1.Deployment
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &dep); err != nil {
+	// Whoever the chart binds the proxy's Role to (the proxy Deployment's
+	// ServiceAccount, or the synchronization controller's in sidecar
+	// mode); the Role, the Lease and the --leader-election-id share a name.
+	var sa rbacv1.Subject
+	var lease string
+	for _, o := range find(objs, "RoleBinding") {
+		var rb rbacv1.RoleBinding
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rb); err != nil {
 			t.Fatal(err)
 		}
-		sa = dep.Spec.Template.Spec.ServiceAccountName
+		if strings.HasSuffix(rb.RoleRef.Name, "-migration-proxy") {
+			sa, lease = rb.Subjects[0], rb.RoleRef.Name
+		}
 	}
-	if sa == "" {
-		t.Fatal("no migration proxy Deployment rendered")
+	if sa.Name == "" {
+		t.Fatal("no migration proxy RoleBinding rendered")
 	}
 	cfg := rest.CopyConfig(testEnv.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + c.namespace + ":" + sa,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"}}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + sa.Namespace + ":" + sa.Name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + sa.Namespace, "system:authenticated"}}
 
 	// The target virt-handler's port, and a receiving migration announcing it.
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
@@ -79,7 +97,7 @@ func TestChartRBACIsEnoughForProxyBindings(t *testing.T) {
 		}
 	}()
 	port := echo.Addr().(*net.TCPAddr).Port
-	ns := "pxrbac-vms"
+	ns := c.release + "-vms"
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +130,7 @@ func TestChartRBACIsEnoughForProxyBindings(t *testing.T) {
 		AdvertiseAddress: "127.0.0.1", HopListener: hop, Cert: pb.Cert,
 		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}},
 		MetricsAddr: "0", ProbeAddr: "0", Namespace: c.namespace,
-		LeaderElect: true, LeaderElectionID: "kvnet-migration-proxy",
+		LeaderElect: true, LeaderElectionID: lease,
 	})
 	if err != nil {
 		t.Fatal(err)
