@@ -93,21 +93,7 @@ func (r *bindingsRig) start(t *testing.T, ns string, leaderElect bool) *runningP
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	p := &runningProxy{mgr: mgr, hop: hop.Addr().String()}
-	p.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("proxy manager: %v", err)
-			}
-		})
-	}
-	t.Cleanup(p.stop)
-	return p
+	return &runningProxy{mgr: mgr, hop: hop.Addr().String(), stop: framework.RunManager(t, mgr)}
 }
 
 // dial presents migration id to proxy p as peer (cluster-a or cluster-c)

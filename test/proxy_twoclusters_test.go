@@ -138,15 +138,7 @@ func fakeSourceStream(addr string, kv *certstest.PKI, size int) error {
 
 func startProxy(t *testing.T, mgr manager.Manager) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("proxy manager: %v", err)
-		}
-	})
+	framework.RunManager(t, mgr)
 }
 
 // TestProxyTwoClusters runs a decentralized migration's streams between two

@@ -135,19 +135,9 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the proxy as the chart's ServiceAccount: %v", err)
-		}
-	})
+	framework.RunManager(t, mgr)
 	select {
 	case <-mgr.Elected():
-	case err := <-done:
-		t.Fatalf("the proxy stopped before it took the lease: %v", err)
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the proxy never took its lease as the chart's ServiceAccount")
 	}

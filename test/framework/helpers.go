@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
 // CacheTimeout bounds the wait for kvnet's informer cache to see a write.
@@ -98,4 +100,26 @@ func FreePort(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// RunManager starts mgr in the background for the rest of the test and
+// returns stop, which ends it as SIGTERM does (a leader releases its lease)
+// and reports the manager's error; stop runs at cleanup if the test did
+// not call it, and only once.
+func RunManager(t testing.TB, mgr manager.Manager) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
