@@ -64,10 +64,12 @@ func (m *memoryBindings) Bind(_ context.Context, b Binding) (bool, error) {
 
 // BindingStore keeps the bindings in one ConfigMap in kvnet's namespace,
 // one key per migration, so that a new leader, or a second replica serving
-// the hop port, finds them. Only the proxy's ServiceAccount may write it
-// (the chart's Role names it in resourceNames); namespace users cannot
-// write in kvnet's namespace at all, so nothing they write (VMIMs, VMIs,
-// their annotations) can rebind a migration to another peer.
+// the hop port, finds them. Besides kvnet's own webhook ServiceAccount
+// (which manages its namespace's allocation ConfigMaps), only the proxy's
+// ServiceAccount may write it (the chart's Role names it in
+// resourceNames); namespace users cannot write in kvnet's namespace at
+// all, so nothing they write (VMIMs, VMIs, their annotations) can rebind a
+// migration to another peer.
 //
 // Every write carries the resourceVersion it was decided on (an optimistic
 // lock): of two replicas binding one ID at once, the second one's write

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/proxy"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -387,9 +388,13 @@ config:
 		{"system:serviceaccount:" + c.namespace + ":kvnet-migration-proxy", saGroups(c.namespace)},
 		{"alice", []string{"system:authenticated"}},
 	} {
-		for _, verb := range []string{"update", "patch"} {
-			if can(who.user, who.groups, verb, "", "configmaps", c.namespace, mappings) {
-				t.Errorf("%s may %s the mappings ConfigMap", who.user, verb)
+		// Nor the migration bindings: whoever could would rebind a
+		// migration to another peer proxy.
+		for _, name := range []string{mappings, proxy.DefaultBindingsName} {
+			for _, verb := range []string{"update", "patch"} {
+				if can(who.user, who.groups, verb, "", "configmaps", c.namespace, name) {
+					t.Errorf("%s may %s ConfigMap %s", who.user, verb, name)
+				}
 			}
 		}
 	}
