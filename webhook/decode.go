@@ -27,6 +27,10 @@ import (
 // unmarshalNoting); a validator, which writes no patch, does not pay for
 // looking.
 func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Request, *vmShape, error) {
+	var members map[string]bool
+	if patching {
+		members = patchMembers
+	}
 	if len(raw) == 0 {
 		return nil, nil, fmt.Errorf("the request carries no object")
 	}
@@ -37,7 +41,7 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Req
 	}
 	switch kind {
 	case chain.KindVM:
-		v, dups, err := decodeView[vmView](raw, patching, view)
+		v, dups, err := decodeView[vmView](raw, members, view)
 		if err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
@@ -54,7 +58,7 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Req
 		}
 		return chain.ForVM(vm), shape, nil
 	case chain.KindVMI:
-		v, dups, err := decodeView[vmiView](raw, patching, view)
+		v, dups, err := decodeView[vmiView](raw, members, view)
 		if err != nil {
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
@@ -79,26 +83,29 @@ func newVMView(kind string) any {
 }
 
 // decodeView returns view if the Edge decoded the object into it, and
-// otherwise decodes raw. A view the Edge decoded came from v2, which
+// otherwise decodes raw, noting duplicates of members (nil: none looked
+// for, see unmarshalNoting). A view the Edge decoded came from v2, which
 // refuses any duplicate name, so there is none to report.
-func decodeView[V any](raw []byte, patching bool, view any) (*V, error, error) {
+func decodeView[V any](raw []byte, members map[string]bool, view any) (*V, error, error) {
 	if v, ok := view.(*V); ok && v != nil {
 		return v, nil, nil
 	}
 	v := new(V)
-	dups, err := unmarshalNoting(raw, v, patching)
+	dups, err := unmarshalNoting(raw, v, members)
 	return v, dups, err
 }
 
 // unmarshalNoting decodes raw into v as apijson.Unmarshal does and returns
-// the first duplicate of a member the VM patch relies on (a region or a
-// parent of one, see patchMembers). The view merges both copies, so the patch
+// the first duplicate of one of members, the members a patch relies on (a
+// region or a parent of one: patchMembers for VMs and VMIs,
+// podPatchMembers for pods). The view merges both copies, so the patch
 // could address a member the last copy, the one a JSON patch applies to,
 // lacks. The API server decodes and re-encodes the objects it sends, so
 // only a hand-written object has one, and it is refused only when there
-// is a patch (see VMMutator).
-func unmarshalNoting(raw []byte, v any, patching bool) (error, error) {
-	if !patching {
+// is a patch (see VMMutator and PodMutator). A handler that writes no
+// patch passes nil members and does not pay for looking.
+func unmarshalNoting(raw []byte, v any, members map[string]bool) (error, error) {
+	if members == nil {
 		return nil, apijson.Unmarshal(raw, v)
 	}
 	strict, err := apijson.UnmarshalStrict(raw, v)
@@ -106,11 +113,36 @@ func unmarshalNoting(raw []byte, v any, patching bool) (error, error) {
 		return nil, err
 	}
 	for _, e := range strict {
-		if f, ok := e.(interface{ FieldPath() string }); ok && patchMembers[f.FieldPath()] {
+		if f, ok := e.(interface{ FieldPath() string }); ok && members[withoutIndexes(f.FieldPath())] {
 			return e, nil
 		}
 	}
 	return nil, nil
+}
+
+// withoutIndexes turns the strict decoder's list indexes into "[]"
+// ("spec.containers[2].resources" becomes "spec.containers[].resources"),
+// so one entry of a members map stands for every element of a list.
+func withoutIndexes(path string) string {
+	if !strings.Contains(path, "[") {
+		return path
+	}
+	var b strings.Builder
+	b.Grow(len(path))
+	for i := 0; i < len(path); i++ {
+		b.WriteByte(path[i])
+		if path[i] != '[' {
+			continue
+		}
+		j := i + 1
+		for j < len(path) && path[j] >= '0' && path[j] <= '9' {
+			j++
+		}
+		if j > i+1 && j < len(path) && path[j] == ']' {
+			i = j - 1
+		}
+	}
+	return b.String()
 }
 
 // patchMembers are the field paths, in the strict decoder's notation, of

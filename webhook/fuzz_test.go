@@ -207,6 +207,9 @@ func podSeeds() []string {
 		// Keys match case-sensitively, as in the API server: a patch computed
 		// from "Metadata" read as metadata would not apply.
 		`{"Metadata":{"annotations":{"k8s.v1.cni.cncf.io/networks":"ovn-attach"}}}`,
+		// A member the patch addresses, twice: the decode merges the
+		// copies, a JSON patch sees the last, so the pod is a 400.
+		`{"metadata":{"annotations":{"k8s.v1.cni.cncf.io/networks":"ovn-attach"},"annotations":{"a":"b"}}}`,
 	}
 }
 

@@ -57,7 +57,7 @@ func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request, view 
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	pod, present, err := decodePodView(req.Object.Raw, view)
+	pod, present, err := decodePodView(req.Object.Raw, view, podPatchMembers)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
@@ -75,8 +75,16 @@ func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request, view 
 	if pr.Config.Excluded(pr.Namespace) {
 		return admission.Allowed("namespace is excluded by config")
 	}
+	// Unlike a VM's, a pod with a duplicate member is refused before the
+	// mutators run, not only when there is a patch: the migration-pods
+	// mutator reserves an address (writes its allocation) on the way to
+	// its patch, and a refusal after it would leave that reservation held
+	// until it expires.
+	if present.duplicate != nil {
+		return admission.Errored(http.StatusBadRequest, present.duplicate)
+	}
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		old, _, err := decodePodView(req.OldObject.Raw, nil)
+		old, _, err := decodePodView(req.OldObject.Raw, nil, nil)
 		if err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("the old pod: %w", err))
 		}
@@ -279,12 +287,28 @@ type podView struct {
 type podPresence struct {
 	metadata, annotations, labels, spec, containers, volumes, nodeSelector bool
 	resources, requests, limits                                            []bool
+	// duplicate is the error naming a member of podPatchMembers that the
+	// pod gives twice, if any (see unmarshalNoting).
+	duplicate error
+}
+
+// podPatchMembers are the field paths, in the strict decoder's notation
+// with list indexes as "[]" (see withoutIndexes), of the members the pod
+// patch addresses (podOps, specOps, resourceOps) and of their parents. A
+// duplicate of one would let the patch add or replace a key that only the
+// first copy has: the decode merges the copies, a JSON patch sees the last.
+var podPatchMembers = map[string]bool{
+	"metadata": true, "metadata.annotations": true, "metadata.labels": true,
+	"spec": true, "spec.nodeSelector": true, "spec.containers": true, "spec.volumes": true,
+	"spec.containers[].resources": true, "spec.containers[].resources.requests": true, "spec.containers[].resources.limits": true,
 }
 
 // decodePodView decodes the part of raw the pod mutators read into a
 // corev1.Pod, whose other fields stay empty, or takes it from view, the
-// Edge's decode of it (see viewHandler).
-func decodePodView(raw []byte, view any) (*corev1.Pod, podPresence, error) {
+// Edge's decode of it (see viewHandler). members, if not nil, are the
+// members whose duplicates it notes in podPresence.duplicate: the admitted
+// pod's, which the patch applies to, not the old pod's.
+func decodePodView(raw []byte, view any, members map[string]bool) (*corev1.Pod, podPresence, error) {
 	if len(raw) == 0 {
 		return nil, podPresence{}, fmt.Errorf("the request carries no pod")
 	}
@@ -292,12 +316,12 @@ func decodePodView(raw []byte, view any) (*corev1.Pod, podPresence, error) {
 	if !apijson.IsObject(raw) {
 		return nil, podPresence{}, fmt.Errorf("the request's pod is not a JSON object")
 	}
-	v, _, err := decodeView[podView](raw, false, view)
+	v, dups, err := decodeView[podView](raw, members, view)
 	if err != nil {
 		return nil, podPresence{}, fmt.Errorf("decoding Pod: %w", err)
 	}
 	pod := &corev1.Pod{}
-	var present podPresence
+	present := podPresence{duplicate: dups}
 	if sp := v.Spec; sp != nil {
 		pod.Spec.NodeName, pod.Spec.Affinity, pod.Spec.NodeSelector = sp.NodeName, sp.Affinity, sp.NodeSelector
 		present.nodeSelector = sp.NodeSelector != nil

@@ -187,3 +187,76 @@ func jsonSame(t *testing.T, a, b []byte) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+// A pod that gives twice a member the pod patch relies on (metadata, its
+// annotations or labels, spec, the containers and their resources) is
+// refused with the member's name, on both pod webhooks and over HTTP, and
+// before any pod mutator runs (the migration mutator reserves an address on
+// its way): the decode merges both copies, so the patch would address a key
+// the last copy, the one a JSON patch applies to, lacks. A duplicate of a
+// member the patch does not address is admitted and patched as before.
+func TestPodPatchRefusesDuplicateMembers(t *testing.T) {
+	cfg := config.Static(exampleConfig(t))
+	// change rewrites annotation "a" and adds a resource to every container
+	// that has requests, recording it: a replace of a key and an add under
+	// a map the decoded pod has.
+	ran := 0
+	change := podStep(func(r *chain.PodRequest) error {
+		ran++
+		if _, ok := r.Pod.Annotations["a"]; ok {
+			r.Pod.Annotations["a"] = "changed"
+		}
+		for i := range r.Pod.Spec.Containers {
+			if q := r.Pod.Spec.Containers[i].Resources.Requests; q != nil {
+				q["intel.com/sriov"] = resource.MustParse("1")
+				r.Record("resources-test", "ns/vf")
+			}
+		}
+		return nil
+	})
+	hs := webhook.NewHandlers(cfg, exampleFacts(t), webhook.HandlerOptions{LauncherPodMutators: []chain.PodMutator{change}, MigrationPodMutators: []chain.PodMutator{change}})
+	for name, c := range map[string]struct {
+		pod string
+		// dup is the member the 400 names; "" means admitted, with a
+		// patch that applies if patched.
+		dup     string
+		patched bool
+	}{
+		"annotations twice": {pod: `{"metadata":{"name":"p","annotations":{"a":"1"},"annotations":{"b":"2"}}}`, dup: "metadata.annotations"},
+		"metadata twice":    {pod: `{"metadata":{"name":"p","annotations":{"a":"1"}},"metadata":{"name":"p"}}`, dup: "metadata"},
+		"resources twice": {pod: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"a"},{"name":"compute","resources":{"requests":{"cpu":"1"}},"resources":{"limits":{}}}]}}`,
+			dup: "spec.containers[1].resources"},
+		"containers twice": {pod: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"compute","resources":{"requests":{"cpu":"1"}}}],"containers":[{"name":"compute"}]}}`,
+			dup: "spec.containers"},
+		"name twice, not patched there":       {pod: `{"metadata":{"name":"p","name":"q","annotations":{"a":"1"}}}`, patched: true},
+		"annotations twice, nothing to patch": {pod: `{"metadata":{"name":"p","annotations":{"x":"1"},"annotations":{"y":"2"}}}`, dup: "metadata.annotations"},
+	} {
+		for _, path := range []string{webhook.PathMutateLauncherPods, webhook.PathMutateMigrationPods} {
+			t.Run(name+" "+path, func(t *testing.T) {
+				ran = 0
+				resp := hs[path].Handle(context.Background(), podReview(admissionv1.Create, "tenant-a", []byte(c.pod), nil))
+				if c.dup != "" {
+					if resp.Allowed || code(resp) != http.StatusBadRequest || !contains(resp.Result.Message, `duplicate field "`+c.dup+`"`) {
+						t.Fatalf("allowed=%v %+v (patch %v), want a 400 naming %s", resp.Allowed, resp.Result, resp.Patches, c.dup)
+					}
+					if ran != 0 {
+						t.Fatalf("the pod mutator ran %d times on a pod refused for a duplicate", ran)
+					}
+					return
+				}
+				if !resp.Allowed || (len(resp.Patches) > 0) != c.patched {
+					t.Fatalf("allowed=%v %+v, patch %v; want admitted, patched=%v", resp.Allowed, resp.Result, resp.Patches, c.patched)
+				}
+				applyResponse(t, []byte(c.pod), resp)
+			})
+		}
+	}
+	// Over HTTP the Edge's one-pass decode refuses the duplicate and the
+	// review is decoded again without the view: the handler still sees it.
+	body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","namespace":"tenant-a",` +
+		`"object":{"metadata":{"name":"p","annotations":{"a":"1"},"annotations":{"b":"2"}}}}}`
+	out := post(t, webhook.Webhook(hs[webhook.PathMutateLauncherPods]), "application/json", []byte(body))
+	if r := out.Response; r.Allowed || r.Result == nil || r.Result.Code != http.StatusBadRequest || !contains(r.Result.Message, `duplicate field "metadata.annotations"`) {
+		t.Fatalf("over HTTP: %+v, patch %s", r.Result, r.Patch)
+	}
+}
