@@ -139,7 +139,14 @@ func (al *Allocator) Allocate(ctx context.Context, req AddressRequest) (*Allocat
 		}
 		if a.State == StateIdle && a.Node != "" && a.Node != req.Node {
 			// Kept for a node that still exists; steal only a dead node's.
-			if exists, err := al.nodeExists(ctx, a.Node); err != nil || exists {
+			// A node kvnet cannot check fails the admission as kvnet's
+			// error: skipping it could end in an "exhausted" refusal, the
+			// user's 403, for what is kvnet's failure to read a node.
+			exists, err := al.nodeExists(ctx, a.Node)
+			if err != nil {
+				return nil, fmt.Errorf("allocating from %s: deciding whether %s, kept for node %s, may be taken over: %w", req.Pool.Field, a.Address, a.Node, err)
+			}
+			if exists {
 				continue
 			}
 		}
@@ -266,6 +273,12 @@ func (al *Allocator) takeOver(ctx context.Context, a *Allocation, req AddressReq
 			return nil, fmt.Errorf("re-reading %s/%s: %w", al.Namespace, cm.Name, err)
 		}
 		if a, err = FromConfigMap(&fresh); err != nil {
+			// Edited by hand since the list: left alone, as listAllocations
+			// and the controller leave it, since whoever wrote it may use
+			// the address. Not an error, since other addresses may be
+			// free, but counted and logged: only a person can fix it.
+			malformedSkips.WithLabelValues(req.Pool.ID).Inc()
+			logf.FromContext(ctx).Error(err, "leaving a malformed allocation alone instead of taking it over; its address stays out of use", "configMap", cm.Name)
 			return nil, nil
 		}
 	}

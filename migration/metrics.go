@@ -22,6 +22,15 @@ var (
 		Help: "Allocations released by the controller, by pool and reason (pod-gone, reservation-expired, node-gone, surplus, outside-pool).",
 	}, []string{"pool", "reason"})
 
+	// malformedSkips counts what the allocator would otherwise pass over
+	// in silence: an allocation it meant to take over whose ConfigMap no
+	// longer parses when re-read. Leaving it alone is right (whoever
+	// edited it may hold the address), but only a person can fix it.
+	malformedSkips = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_migration_malformed_allocations_skipped_total",
+		Help: "Allocations the allocator left alone at admission because their ConfigMap did not parse when re-read from the API server, by pool; the address stays out of use until the ConfigMap is fixed or deleted.",
+	}, []string{"pool"})
+
 	sidecarInjected = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvnet_migration_proxy_sidecars_injected_total",
 		Help: "Migration proxy sidecars injected into synchronization-controller pods.",
@@ -90,11 +99,12 @@ func init() {
 	// so the first one is an increase that an alert's increase() sees.
 	for _, pool := range []string{PoolInCluster, PoolCrossCluster} {
 		denials.WithLabelValues(pool, "exhausted")
+		malformedSkips.WithLabelValues(pool)
 		for _, reason := range []string{"pod-gone", "reservation-expired", "node-gone", "surplus", "outside-pool"} {
 			releases.WithLabelValues(pool, reason)
 		}
 	}
-	metrics.Registry.MustRegister(denials, releases, sidecarInjected, sidecarRefused, configProblems, poolGauges)
+	metrics.Registry.MustRegister(denials, releases, malformedSkips, sidecarInjected, sidecarRefused, configProblems, poolGauges)
 }
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
