@@ -56,6 +56,10 @@ type review struct {
 	APIVersion string   `json:"apiVersion"`
 	Kind       string   `json:"kind"`
 	Request    *request `json:"request"`
+
+	// nullRequest records a review whose request was null, which the
+	// decode leaves as nil and complete then fills in.
+	nullRequest bool
 }
 
 // request is the AdmissionRequest with its objects decoded by
@@ -150,6 +154,7 @@ func decodeReview(body []byte, view any) (*review, error) {
 // and the AdmissionRequest's objects.
 func (rv *review) complete() {
 	if rv.Request == nil {
+		rv.nullRequest = true
 		rv.Request = &request{}
 	}
 	rv.Request.AdmissionRequest.Object.Raw = rv.Request.Object.raw
@@ -248,6 +253,14 @@ func readReview(r *http.Request, view any) (*review, error) {
 		// information: decode it as the type asked for.
 	case rv.Kind != "AdmissionReview" || (rv.APIVersion != "admission.k8s.io/v1" && rv.APIVersion != "admission.k8s.io/v1beta1"):
 		return nil, fmt.Errorf("want an admission.k8s.io/v1 or v1beta1 AdmissionReview, got %s %s", rv.APIVersion, rv.Kind)
+	}
+	// An answer must carry the request's UID, or the API server rejects
+	// it; a review without one is not something kvnet can answer.
+	switch {
+	case rv.nullRequest:
+		return nil, errors.New("the AdmissionReview's request is null")
+	case rv.Request.UID == "":
+		return nil, errors.New("the AdmissionReview's request.uid is empty")
 	}
 	return rv, nil
 }
