@@ -2,12 +2,15 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -41,7 +44,19 @@ type Edge struct {
 	Handler admission.Handler
 	// Log is the logger request loggers derive from.
 	Log logr.Logger
+	// BodyTimeout bounds the read of one request body; zero means
+	// DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
+
+// DefaultBodyTimeout is how long a caller may take to send its request
+// body. The API server sends a review at once (a few KB, 7 MiB at the
+// most, on the cluster network), so this is far more than it needs and
+// below its default webhook timeout (10 s, and a call it gave up on needs
+// no answer); a client that trickles its body is cut off instead of
+// holding a connection and its buffer. controller-runtime's server sets
+// no body timeout of its own.
+const DefaultBodyTimeout = 5 * time.Second
 
 // Webhook is h as the webhook server mounts it.
 func Webhook(h admission.Handler) *Edge {
@@ -179,7 +194,12 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if vh != nil {
 		view = vh.newView()
 	}
+	// The deadline is the connection's: lift it once the body is read,
+	// so that it cannot cut a slow handler's answer or the next request.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(cmp.Or(e.BodyTimeout, DefaultBodyTimeout)))
 	rv, err := readReview(r, view)
+	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || r.Context().Err() != nil {
 			// The caller went away mid-body (an API server giving up at
@@ -221,23 +241,11 @@ func readReview(r *http.Request, view any) (*review, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		return nil, fmt.Errorf("contentType=%s, expected application/json", ct)
 	}
-	if r.ContentLength > maxReview {
-		return nil, errTooLarge
-	}
-	var body []byte
-	var err error
-	if r.ContentLength > 0 {
-		// One allocation of the announced size instead of io.ReadAll's
-		// doubling.
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, body)
-	} else {
-		body, err = io.ReadAll(io.LimitReader(r.Body, maxReview+1))
-		if err == nil && len(body) > maxReview {
-			return nil, errTooLarge
-		}
-	}
+	body, err := readBody(r.Body, r.ContentLength)
 	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("reading the request body: %w", err)
 	}
 	if len(body) == 0 {
@@ -263,6 +271,49 @@ func readReview(r *http.Request, view any) (*review, error) {
 		return nil, errors.New("the AdmissionReview's request.uid is empty")
 	}
 	return rv, nil
+}
+
+// firstRead is how much of a body kvnet makes room for before any of it
+// has arrived: every AdmissionReview the API server sends for a VM or a
+// launcher pod fits (a launcher pod's is about 11 KB), and a client that
+// announces a large body and then sends it slowly holds no more than this
+// until its bytes really come.
+const firstRead = 64 << 10
+
+// readBody reads a body of at most maxReview bytes, growing its buffer as
+// bytes arrive rather than by what Content-Length announces (announced is
+// only a hint, up to firstRead).
+func readBody(r io.Reader, announced int64) ([]byte, error) {
+	if announced > maxReview {
+		return nil, errTooLarge
+	}
+	size := int64(512)
+	if announced > 0 {
+		size = min(announced, firstRead) + 1 // +1: room to see the EOF without growing
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) > maxReview {
+				return nil, errTooLarge
+			}
+			buf = slices.Grow(buf, min(len(buf), maxReview+1-len(buf)))
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > maxReview {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			if int64(len(buf)) < announced {
+				return nil, io.ErrUnexpectedEOF // the caller went away mid-body
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // handle runs the handler and completes its answer. A panic here is a
