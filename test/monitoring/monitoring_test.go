@@ -575,7 +575,7 @@ func TestRulesAndDashboardUseExportedMetrics(t *testing.T) {
 	}
 	var missing []string
 	for m, where := range used {
-		if !exported[m] {
+		if !exported[m] && !declaredByProxyPerPeer(t, m) {
 			missing = append(missing, m+" ("+where+")")
 		}
 	}
@@ -591,4 +591,32 @@ func TestRulesAndDashboardUseExportedMetrics(t *testing.T) {
 		t.Fatalf("used but not in kvnet's /metrics: %v\nkvnet exports: %v", missing, have)
 	}
 	ctrl.Log.Info("metrics checked", "names", len(used))
+}
+
+// proxyPerPeer are the metrics whose series only `kvnet proxy` has, one per
+// configured peer once its KubeVirt CA exchange runs (TestProxyKubeVirtCASync
+// checks they are set): the webhook process scraped here has the collector
+// but no peer, so no series. For them the check is that proxy/ declares the
+// exact name, which still catches a rule with a misspelt one.
+var proxyPerPeer = map[string]bool{"kvnet_proxy_ca_exchange_last_success_timestamp_seconds": true}
+
+func declaredByProxyPerPeer(t *testing.T, name string) bool {
+	t.Helper()
+	if !proxyPerPeer[name] {
+		return false
+	}
+	files, err := filepath.Glob(filepath.Join(framework.RepoRoot(), "proxy", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), `Name: "`+name+`"`) {
+			return true
+		}
+	}
+	return false
 }
