@@ -169,18 +169,8 @@ func runPath(t testing.TB, tp *topology, p path, sinkAddr string, streams int, p
 		m.cpu = append(m.cpu, (e.cpu()-before[i]).Seconds()/slowest.Seconds())
 		m.peakRSS = append(m.peakRSS, e.peakRSS())
 	}
-	m.jain = jainOf(res.Durations, perStream)
+	m.jain = jain(res.Durations, perStream)
 	return m
-}
-
-func jainOf(durs []time.Duration, per int64) float64 {
-	var sum, sq float64
-	for _, d := range durs {
-		x := float64(per) / d.Seconds()
-		sum += x
-		sq += x * x
-	}
-	return sum * sum / (float64(len(durs)) * sq)
 }
 
 // aesGCMSealGbps is Go's single-core AES-GCM seal rate on 16 KiB records
