@@ -17,20 +17,13 @@ import (
 // sender is done; echo answers each byte with itself.
 func sinkServer(b *testing.B, ln net.Listener, echo bool) {
 	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+		_ = acceptEach(ln, func(c net.Conn) {
+			if echo {
+				_, _ = io.Copy(c, c)
+			} else {
+				_, _ = io.Copy(io.Discard, c)
 			}
-			go func() {
-				defer c.Close()
-				if echo {
-					_, _ = io.Copy(c, c)
-				} else {
-					_, _ = io.Copy(io.Discard, c)
-				}
-			}()
-		}
+		})
 	}()
 }
 

@@ -125,6 +125,27 @@ func serveRole(s roleSpec, serve func(net.Listener) error) error {
 // sinkLoop is the target virt-handler stand-in: it reads each stream to
 // its end with a large buffer, and with hash answers with its digest.
 func sinkLoop(ln net.Listener, hash bool) error {
+	return acceptEach(ln, func(c net.Conn) {
+		buf := make([]byte, 1<<20)
+		h := sha256.New()
+		for {
+			n, err := c.Read(buf)
+			if hash {
+				h.Write(buf[:n])
+			}
+			if err != nil {
+				break
+			}
+		}
+		if hash {
+			_, _ = c.Write(h.Sum(nil))
+		}
+	})
+}
+
+// acceptEach handles each connection ln accepts in its own goroutine,
+// closing it when handle returns, until Accept fails.
+func acceptEach(ln net.Listener, handle func(net.Conn)) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -132,20 +153,7 @@ func sinkLoop(ln net.Listener, hash bool) error {
 		}
 		go func() {
 			defer c.Close()
-			buf := make([]byte, 1<<20)
-			h := sha256.New()
-			for {
-				n, err := c.Read(buf)
-				if hash {
-					h.Write(buf[:n])
-				}
-				if err != nil {
-					break
-				}
-			}
-			if hash {
-				_, _ = c.Write(h.Sum(nil))
-			}
+			handle(c)
 		}()
 	}
 }
@@ -154,29 +162,22 @@ func sinkLoop(ln net.Listener, hash bool) error {
 // both ways between two TCP connections, which the runtime turns into
 // splice(2), and nothing else.
 func goRelayLoop(ln net.Listener, target string) error {
-	for {
-		c, err := ln.Accept()
+	return acceptEach(ln, func(c net.Conn) {
+		d, err := net.Dial("tcp", target)
 		if err != nil {
-			return err
+			return
 		}
+		defer d.Close()
+		done := make(chan struct{})
 		go func() {
-			defer c.Close()
-			d, err := net.Dial("tcp", target)
-			if err != nil {
-				return
-			}
-			defer d.Close()
-			done := make(chan struct{})
-			go func() {
-				_, _ = io.Copy(c, d)
-				_ = c.(*net.TCPConn).CloseWrite()
-				close(done)
-			}()
-			_, _ = io.Copy(d, c)
-			_ = d.(*net.TCPConn).CloseWrite()
-			<-done
+			_, _ = io.Copy(c, d)
+			_ = c.(*net.TCPConn).CloseWrite()
+			close(done)
 		}()
-	}
+		_, _ = io.Copy(d, c)
+		_ = d.(*net.TCPConn).CloseWrite()
+		<-done
+	})
 }
 
 // sendRole is the source virt-handler stand-in.
