@@ -3,6 +3,7 @@ package migration
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -65,8 +66,10 @@ func (Sidecar) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		}
 	}
 	c := *ps.Container.DeepCopy()
-	if m, ok := tokenMount(spec.Containers); ok && !hasMountAt(c.VolumeMounts, TokenMountPath) {
-		c.VolumeMounts = append(c.VolumeMounts, m)
+	if _, mounted := mountAt(c.VolumeMounts, TokenMountPath); !mounted {
+		if m, ok := tokenMount(spec.Containers); ok {
+			c.VolumeMounts = append(c.VolumeMounts, m)
+		}
 	}
 	spec.Containers = append(spec.Containers, c)
 	for _, v := range ps.Volumes {
@@ -82,20 +85,18 @@ func (Sidecar) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 // webhooks, so it mounted the token only into the containers it saw.
 func tokenMount(cs []corev1.Container) (corev1.VolumeMount, bool) {
 	for _, c := range cs {
-		for _, m := range c.VolumeMounts {
-			if m.MountPath == TokenMountPath {
-				return m, true
-			}
+		if m, ok := mountAt(c.VolumeMounts, TokenMountPath); ok {
+			return m, true
 		}
 	}
 	return corev1.VolumeMount{}, false
 }
 
-func hasMountAt(ms []corev1.VolumeMount, path string) bool {
-	for _, m := range ms {
-		if m.MountPath == path {
-			return true
-		}
+// mountAt is the mount of ms at path, if there is one.
+func mountAt(ms []corev1.VolumeMount, path string) (corev1.VolumeMount, bool) {
+	i := slices.IndexFunc(ms, func(m corev1.VolumeMount) bool { return m.MountPath == path })
+	if i < 0 {
+		return corev1.VolumeMount{}, false
 	}
-	return false
+	return ms[i], true
 }
