@@ -12,7 +12,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH GOARM=${TARGETVARIANT#v} \
-    go build -trimpath -ldflags "-s -w -X github.com/kvnet/kvnet/version.Version=$VERSION -X github.com/kvnet/kvnet/version.Commit=$COMMIT" \
+    go build -trimpath -ldflags "-s -w -X github.com/kvnet/kvnet/internal/version.Version=$VERSION -X github.com/kvnet/kvnet/internal/version.Commit=$COMMIT" \
     -o /out/kvnet ./cmd/kvnet
 
 # No shell, no package manager: the binary and the user database only.

@@ -6,14 +6,14 @@ ASSETS := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS ?= $(ASSETS)
 GO ?= go
 
-.PHONY: all build demo demo-down demo-offline test race unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
+.PHONY: all build loadtest demo demo-down demo-offline test race unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
 .PHONY: prometheus
 
 # The version comes from the chart's appVersion, so the binary's `kvnet
 # version`, the image tag and the chart's default image are one number.
 VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/kvnet/Chart.yaml)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X github.com/kvnet/kvnet/version.Version=$(VERSION) -X github.com/kvnet/kvnet/version.Commit=$(COMMIT)
+LDFLAGS := -X github.com/kvnet/kvnet/internal/version.Version=$(VERSION) -X github.com/kvnet/kvnet/internal/version.Commit=$(COMMIT)
 
 .PHONY: image image-ref
 
@@ -21,6 +21,10 @@ all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kvnet ./cmd/kvnet
+
+# The admission load tool (hack/loadtest), kept out of the kvnet binary.
+loadtest:
+	$(GO) build -o bin/kvnet-loadtest ./hack/loadtest
 
 # The container image, without a Docker engine: a static kvnet per platform
 # and hack/image (go-containerregistry) writing them as one OCI image index
@@ -156,7 +160,7 @@ race: control-plane
 	$(GO) test -count=1 -race -timeout 20m -run '$(RACE_INTEGRATION)' ./test/
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./webhook/ ./mutators/ ./loadtest/
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./webhook/ ./mutators/ ./test/loadtest/
 
 # kvnet on issue 10's loaded cluster (1,000 namespaces, 10,000 NADs, 5,000
 # VMIs and virt-launcher pods) against an empty one, in one run: start-up to

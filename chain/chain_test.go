@@ -13,9 +13,9 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 func newRequest(annotations map[string]string) *chain.Request {

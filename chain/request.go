@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // Request is one VM or VMI under admission, with the facts around it.

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kvnet/kvnet/metrics"
+	"github.com/kvnet/kvnet/internal/metrics"
 )
 
 // RunMutators runs ms in order, then records what they changed in

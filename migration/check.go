@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
 )
 
 // CheckCluster validates the migration config against the cluster, which

@@ -18,8 +18,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/multus"
 )
 
 // MutatorName names the pod mutator in metrics and errors.

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/model/multus"
 )
 
 // NodeOf is the node a pod will run on: spec.nodeName, or, for DaemonSet

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
 )
 
 // DefaultNamespace holds the allocations when kvnet is not told its own

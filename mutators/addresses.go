@@ -4,8 +4,8 @@ import (
 	"context"
 	"strings"
 
-	"github.com/kvnet/kvnet/addresses"
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/model/addresses"
 )
 
 // kube-ovn's per-attachment address annotations, prefixed by the provider.

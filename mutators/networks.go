@@ -8,8 +8,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // NetworkInjector adds the Multus networks that config rules and the

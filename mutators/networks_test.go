@@ -11,7 +11,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/mutators"
 )
 

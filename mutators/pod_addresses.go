@@ -5,9 +5,9 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/kvnet/kvnet/addresses"
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/model/addresses"
+	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/persistentips"
 )
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvnet/kvnet/addresses"
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/model/addresses"
+	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/persistentips"
 )
 

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/multus"
 )
 
 // KubeOVNPod completes kube-ovn annotations on virt-launcher pods.

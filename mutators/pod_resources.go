@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/multus"
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // ComputeContainer is the virt-launcher pod's container that runs the VM,

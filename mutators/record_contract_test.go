@@ -18,10 +18,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/offline"
 )
 
 // The webhook computes a patch only when the chain recorded a change, and

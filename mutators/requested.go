@@ -11,8 +11,8 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/multus"
 )
 
 // ParseRequested reads the kvnet.io/networks annotation. It takes the Multus

@@ -7,9 +7,9 @@ import (
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // PrimaryUDNInterface is the pod interface OVN-Kubernetes gives a pod's

@@ -11,8 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
 )
 
 // Primary UDN NAD configs as OVN-Kubernetes renders them for a

@@ -15,7 +15,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/kvnet/kvnet/apijson"
+	"github.com/kvnet/kvnet/internal/apijson"
 	"github.com/kvnet/kvnet/webhook"
 )
 

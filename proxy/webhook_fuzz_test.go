@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/kvnet/kvnet/apijson"
-	"github.com/kvnet/kvnet/apijson/apijsontest"
+	"github.com/kvnet/kvnet/internal/apijson"
+	"github.com/kvnet/kvnet/internal/apijson/apijsontest"
 )
 
 // statusSeeds are VMI bodies for the status rewrite's fuzz targets.

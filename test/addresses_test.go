@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/addresses"
+	"github.com/kvnet/kvnet/internal/model/addresses"
 	"github.com/kvnet/kvnet/persistentips"
 )
 

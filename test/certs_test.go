@@ -36,8 +36,8 @@ import (
 
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"
 )

@@ -15,8 +15,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/offline"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"
 )

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

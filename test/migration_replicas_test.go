@@ -25,7 +25,7 @@ import (
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/multus"
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

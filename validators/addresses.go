@@ -11,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/kvnet/kvnet/addresses"
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/addresses"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/netattach"
 )
 
 // Addresses checks per-network address requests, from the kvnet.io/networks

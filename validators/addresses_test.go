@@ -10,10 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/addresses"
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/addresses"
 )
 
 // addrRequest is a VM in namespace "ns" with one Multus network "data" on

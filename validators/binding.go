@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // Binding checks that each interface's binding can drive the device its NAD

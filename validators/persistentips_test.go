@@ -12,8 +12,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
 )
 
 func piRequest(kind string, annotations map[string]string, cfg config.Config, nets ...[2]string) *chain.Request {

@@ -15,10 +15,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/netattach"
 )
 
 const udnL2 = `{"name":"ns_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.200.0.0/16","allowPersistentIPs":true}`

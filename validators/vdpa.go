@@ -8,8 +8,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // VDPA refuses vDPA attachments that cannot start: a binding plugin the

@@ -10,8 +10,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvnet/kvnet/apijson"
-	"github.com/kvnet/kvnet/apijson/apijsontest"
+	"github.com/kvnet/kvnet/internal/apijson"
+	"github.com/kvnet/kvnet/internal/apijson/apijsontest"
 )
 
 // agreeSeeds are the objects of the golden inputs and examples, the real
@@ -34,7 +34,7 @@ func agreeSeeds(t testing.TB) [][]byte {
 			}
 		}
 	}
-	review, err := os.ReadFile("../loadtest/testdata/launcher-pod-review.json")
+	review, err := os.ReadFile("../test/loadtest/testdata/launcher-pod-review.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func FuzzDecodersAgree(f *testing.F) {
 // decoded in the review's pass and borrowed from the body, not copied.
 // Without that, the benchmarks would measure the fallback.
 func TestRealReviewsTakeTheFastPath(t *testing.T) {
-	review, err := os.ReadFile("../loadtest/testdata/launcher-pod-review.json")
+	review, err := os.ReadFile("../test/loadtest/testdata/launcher-pod-review.json")
 	if err != nil {
 		t.Fatal(err)
 	}

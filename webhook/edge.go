@@ -21,7 +21,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/kvnet/kvnet/apijson"
+	"github.com/kvnet/kvnet/internal/apijson"
 )
 
 // maxReview is the largest AdmissionReview kvnet reads: controller-runtime's

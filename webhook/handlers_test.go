@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/netattach"
 	"github.com/kvnet/kvnet/validators"
 	"github.com/kvnet/kvnet/webhook"
 )

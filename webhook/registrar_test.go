@@ -8,7 +8,7 @@ import (
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
 )
 
 func parseConfig(t *testing.T, yaml string) *config.Config {

@@ -7,7 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
 )
 
 // Registration describes how the API server reaches kvnet.

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/webhook"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/kvnet/kvnet/metrics"
+	"github.com/kvnet/kvnet/internal/metrics"
 )
 
 // Serve is the envelope every kvnet admission handler runs in: a logger

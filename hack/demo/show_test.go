@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/migration"
-	"github.com/kvnet/kvnet/multus"
 )
 
 // A launcher pod's selection prints one element a line, keys in their

@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/config"
+	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"
 )

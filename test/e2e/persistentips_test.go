@@ -14,7 +14,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 )

@@ -42,7 +42,7 @@ import (
 
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

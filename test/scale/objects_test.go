@@ -24,10 +24,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/loadtest"
-	"github.com/kvnet/kvnet/multus"
+	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/loadtest"
 )
 
 // size is the cluster a run loads: Namespaces namespaces, each with

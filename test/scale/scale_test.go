@@ -47,9 +47,9 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/loadtest"
+	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/loadtest"
 	"github.com/kvnet/kvnet/webhook"
 )
 

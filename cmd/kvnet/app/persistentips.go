@@ -10,10 +10,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/offline"
 	"github.com/kvnet/kvnet/persistentips"
 	"github.com/kvnet/kvnet/webhook"
 )

@@ -41,7 +41,6 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		mutateCommand(),       // offline.go: kvnet mutate -f
 		validateCommand(),     // offline.go: kvnet validate -f
 		migrationIPsCommand(), // migration.go: the migration address table
-		loadtestCommand(),     // loadtest.go: admission load against a webhook URL
 		versionCommand(),      // version.go
 	)
 	return root.ExecuteContext(ctx)

@@ -23,9 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
-	"github.com/kvnet/kvnet/version"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/version"
 	"github.com/kvnet/kvnet/webhook"
 )
 

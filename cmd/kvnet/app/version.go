@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvnet/kvnet/version"
+	"github.com/kvnet/kvnet/internal/version"
 )
 
 // versionCommand prints the build's version, commit and Go version: what a

@@ -18,7 +18,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/kvnet/kvnet/apijson"
+	"github.com/kvnet/kvnet/internal/apijson"
 )
 
 // Target is one webhook server under load.

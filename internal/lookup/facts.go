@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/netattach"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // Facts is read-only cluster state. Implementations must be safe for

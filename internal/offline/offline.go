@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/webhook"
 )
 

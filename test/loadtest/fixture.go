@@ -2,7 +2,7 @@
 // do-nothing controller-runtime handler fed the same AdmissionReview. It
 // holds the realistic request bodies, the cluster snapshot they are
 // admitted against, the servers (floor and kvnet) and the client that drives
-// them (`kvnet loadtest`).
+// them (`kvnet-loadtest` (hack/loadtest, `make loadtest`)).
 package loadtest
 
 import (
@@ -19,11 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/offline"
 	"github.com/kvnet/kvnet/webhook"
 )
 

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/kvnet/kvnet/lookup"
+	"github.com/kvnet/kvnet/internal/lookup"
 )
 
 func scheme(t *testing.T) *runtime.Scheme {

@@ -47,12 +47,12 @@ func TestDocumentedFeatureGatesExistInKubeVirt190(t *testing.T) {
 	if !gates[MemLockFeatureGate] {
 		t.Errorf("MemLockFeatureGate %q is not a v1.9.0 gate", MemLockFeatureGate)
 	}
-	docs, err := filepath.Glob("../docs/*.md")
+	docs, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := 0
-	for _, f := range append(docs, "../README.md") {
+	for _, f := range append(docs, "../../README.md") {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -77,7 +77,7 @@ func TestDocumentedFeatureGatesExistInKubeVirt190(t *testing.T) {
 	if found == 0 {
 		t.Fatal("found no feature gate in the docs: the extraction is broken")
 	}
-	examples, err := filepath.Glob("../examples/*.yaml")
+	examples, err := filepath.Glob("../../examples/*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

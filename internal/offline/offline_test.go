@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvnet/kvnet/config"
-	"github.com/kvnet/kvnet/offline"
+	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/webhook"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 
-	"github.com/kvnet/kvnet/apijson"
+	"github.com/kvnet/kvnet/internal/apijson"
 )
 
 // Agree decodes raw into a fresh value of newV with v2 alone and with the API server's decoder alone. Where v2 succeeds, the API

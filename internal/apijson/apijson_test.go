@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvnet/kvnet/apijson"
-	"github.com/kvnet/kvnet/apijson/apijsontest"
+	"github.com/kvnet/kvnet/internal/apijson"
+	"github.com/kvnet/kvnet/internal/apijson/apijsontest"
 )
 
 type meta struct {

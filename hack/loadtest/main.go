@@ -1,4 +1,8 @@
-package app
+// Command kvnet-loadtest measures kvnet's webhooks over HTTPS against a
+// do-nothing controller-runtime handler. It is a measuring tool, kept out of
+// the kvnet binary that runs in clusters: `make loadtest` builds it into
+// bin/kvnet-loadtest.
+package main
 
 import (
 	"context"
@@ -7,16 +11,18 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/kvnet/kvnet/loadtest"
+	"github.com/kvnet/kvnet/test/loadtest"
 )
 
 type loadtestOptions struct {
@@ -32,11 +38,23 @@ type loadtestOptions struct {
 	certDir string
 }
 
-func loadtestCommand() *cobra.Command {
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := command().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvnet-loadtest:", err)
+		os.Exit(1)
+	}
+}
+
+func command() *cobra.Command {
 	o := &loadtestOptions{}
 	c := &cobra.Command{
-		Use:   "loadtest",
-		Short: "Measure kvnet's webhooks against a do-nothing controller-runtime handler, over HTTPS",
+		Use:           "kvnet-loadtest",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Short:         "Measure kvnet's webhooks against a do-nothing controller-runtime handler, over HTTPS",
 		Long: `Sends realistic AdmissionReviews (a real API server's virt-launcher pod, a VM
 and a VMI gaining four networks, and both after kvnet's patch for the
 validating webhooks) over C keep-alive HTTPS connections, verifying every
@@ -221,7 +239,7 @@ func startServer(ctx context.Context, mode, certDir string) (loadtest.Target, fu
 	if err != nil {
 		return loadtest.Target{}, nil, err
 	}
-	cmd := exec.CommandContext(ctx, self, "loadtest", "--serve", mode, "--port", strconv.Itoa(port), "--cert-dir", certDir)
+	cmd := exec.CommandContext(ctx, self, "--serve", mode, "--port", strconv.Itoa(port), "--cert-dir", certDir)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return loadtest.Target{}, nil, err

@@ -5,7 +5,7 @@
 package config
 
 import (
-	"github.com/kvnet/kvnet/addresses"
+	"github.com/kvnet/kvnet/internal/model/addresses"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"

@@ -8,7 +8,7 @@ import (
 	"runtime"
 )
 
-// Set with -ldflags "-X github.com/kvnet/kvnet/version.Version=... -X ...Commit=...".
+// Set with -ldflags "-X github.com/kvnet/kvnet/internal/version.Version=... -X ...Commit=...".
 // The Makefile takes Version from charts/kvnet/Chart.yaml's appVersion, so the
 // binary, the image tag and the chart's default image always agree.
 var (

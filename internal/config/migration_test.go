@@ -143,7 +143,7 @@ func migEqual(a, b []string) bool {
 // The README's migration example parses, and the pool size its exhaustion
 // message quotes is the one kvnet computes.
 func TestReadmeMigrationExample(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
