@@ -14,9 +14,6 @@ import (
 const (
 	// SkipAnnotation set to "true" on a VM or VMI opts it out of kvnet entirely.
 	SkipAnnotation = "kvnet.io/skip"
-	// NetworksAnnotation asks for networks, in Multus short form
-	// ("ns/nad@name, nad2") or as a JSON list of {name, nad, binding, defaultRoute}.
-	NetworksAnnotation = "kvnet.io/networks"
 	// MutationsAnnotation records what kvnet changed and why.
 	MutationsAnnotation = "kvnet.io/mutations"
 )

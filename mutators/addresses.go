@@ -6,13 +6,8 @@ import (
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/model/addresses"
-)
-
-// kube-ovn's per-attachment address annotations, prefixed by the provider.
-const (
-	KubeOVNIPAddress     = ".kubernetes.io/ip_address"
-	KubeOVNMACAddress    = ".kubernetes.io/mac_address"
-	KubeOVNLogicalSwitch = ".kubernetes.io/logical_switch"
+	"github.com/kvnet/kvnet/internal/model/kubeovn"
+	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
 // Addresses carries the per-network address requests of kvnet.io/networks
@@ -33,28 +28,24 @@ func (Addresses) Name() string { return "addresses" }
 
 // Mutate implements chain.Mutator.
 func (m Addresses) Mutate(ctx context.Context, req *chain.Request) error {
-	v, ok := req.Meta.Annotations[chain.NetworksAnnotation]
+	v, ok := req.Meta.Annotations[requested.Annotation]
 	if !ok || !addresses.MayRequest(v) {
 		return nil // the common case: no address asked for, nothing to parse
 	}
 	// Only the annotation, not config rules: rules cannot carry addresses
 	// (config validation refuses them).
-	nets, errs := ParseRequested(v, AnnotationPath)
+	nets, errs := requested.Parse(v, requested.AnnotationPath)
 	if len(errs) > 0 {
 		return req.Invalid(errs)
 	}
-	wanted := make([]WantedNetwork, len(nets))
-	for i, n := range nets {
-		wanted[i] = WantedNetwork{Rule: chain.NetworksAnnotation, Network: n}
-	}
 	var table map[string]addresses.Request
 	tableChanged := false
-	for _, w := range wanted {
-		r := w.Network.Request
-		if w.Rule != chain.NetworksAnnotation || r.Empty() {
+	for _, n := range nets {
+		r := n.Request
+		if r.Empty() {
 			continue
 		}
-		_, net := req.Network(w.Network.Name)
+		_, net := req.Network(n.Name)
 		if net == nil || net.Multus == nil {
 			continue // the validator says why
 		}
@@ -70,13 +61,13 @@ func (m Addresses) Mutate(ctx context.Context, req *chain.Request) error {
 				for i, ip := range r.IPs {
 					ips[i] = addresses.Addr(ip)
 				}
-				changed = setAnnotation(req, provider+KubeOVNIPAddress, strings.Join(ips, ",")) || changed
+				changed = setAnnotation(req, provider+kubeovn.IPAddress, strings.Join(ips, ",")) || changed
 			}
 			if r.MAC != "" {
-				changed = setAnnotation(req, provider+KubeOVNMACAddress, strings.ToLower(r.MAC)) || changed
+				changed = setAnnotation(req, provider+kubeovn.MACAddress, strings.ToLower(r.MAC)) || changed
 			}
 			if r.LogicalSwitch != "" {
-				changed = setAnnotation(req, provider+KubeOVNLogicalSwitch, r.LogicalSwitch) || changed
+				changed = setAnnotation(req, provider+kubeovn.LogicalSwitch, r.LogicalSwitch) || changed
 			}
 			// cni-args still go through the selection element.
 			r = addresses.Request{CNIArgs: r.CNIArgs}
@@ -95,7 +86,7 @@ func (m Addresses) Mutate(ctx context.Context, req *chain.Request) error {
 			}
 		}
 		if changed {
-			req.Record(m.Name(), w.Rule, net.Name)
+			req.Record(m.Name(), requested.Annotation, net.Name)
 		}
 	}
 	if tableChanged {

@@ -5,12 +5,7 @@ import (
 	"strings"
 
 	"github.com/kvnet/kvnet/chain"
-)
-
-// KubeOVN annotation keys, prefixed by the attachment's provider.
-const (
-	KubeOVNDefaultRoute       = ".kubernetes.io/default_route"
-	KubeOVNAllowLiveMigration = ".kubernetes.io/allow_live_migration"
+	"github.com/kvnet/kvnet/internal/model/kubeovn"
 )
 
 // KubeOVN writes the per-attachment annotations kube-ovn reads from the
@@ -43,12 +38,12 @@ func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
 		provider := info.KubeOVNProvider()
 		changed := false
 		if req.DefaultRoute[net.Name] {
-			changed = setAnnotation(req, provider+KubeOVNDefaultRoute, "true") || changed
+			changed = setAnnotation(req, provider+kubeovn.DefaultRoute, "true") || changed
 		}
 		if req.Config.KubeOVN.LegacyLiveMigration {
-			changed = setAnnotation(req, provider+KubeOVNAllowLiveMigration, "true") || changed
+			changed = setAnnotation(req, provider+kubeovn.AllowLiveMigration, "true") || changed
 		}
-		if _, ok := req.TemplateMeta.Annotations[provider+KubeOVNAllowLiveMigration]; ok {
+		if _, ok := req.TemplateMeta.Annotations[provider+kubeovn.AllowLiveMigration]; ok {
 			legacy = append(legacy, net.Name)
 		}
 		if changed {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
@@ -21,19 +20,9 @@ type NetworkInjector struct{}
 // Name implements chain.Mutator.
 func (NetworkInjector) Name() string { return "networks" }
 
-// WantedNetwork is one network a config rule or the annotation asks for.
-type WantedNetwork struct {
-	// Rule names the rule, or is chain.NetworksAnnotation.
-	Rule    string
-	Network config.Network
-}
-
-// AnnotationPath is the field path of the kvnet.io/networks annotation.
-var AnnotationPath = field.NewPath("metadata", "annotations").Key(chain.NetworksAnnotation)
-
 // Mutate implements chain.Mutator.
 func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
-	wanted, err := Requested(ctx, req)
+	wanted, err := req.WantedNetworks(ctx)
 	if err != nil || len(wanted) == 0 {
 		return err
 	}
@@ -47,41 +36,6 @@ func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
 		}
 	}
 	return nil
-}
-
-// Requested lists the networks the matching config rules ask for, then the
-// annotation's, in order. A malformed annotation is a 422 on its field.
-// The persistent-IPs validator reads the same list.
-func Requested(ctx context.Context, req *chain.Request) ([]WantedNetwork, error) {
-	var out []WantedNetwork
-	var nsLabels map[string]string
-	nsRead := false
-	for i := range req.Config.NetworkRules {
-		r := &req.Config.NetworkRules[i]
-		if r.NeedsNamespaceLabels() && !nsRead {
-			var err error
-			if nsLabels, err = req.Facts.NamespaceLabels(ctx, req.Namespace); err != nil {
-				return nil, err
-			}
-			nsRead = true
-		}
-		if !r.Matches(nsLabels, req.Meta.Labels) {
-			continue
-		}
-		for _, n := range r.Networks {
-			out = append(out, WantedNetwork{Rule: r.Name, Network: n})
-		}
-	}
-	if v, ok := req.Meta.Annotations[chain.NetworksAnnotation]; ok {
-		nets, errs := ParseRequested(v, AnnotationPath)
-		if len(errs) > 0 {
-			return nil, req.Invalid(errs)
-		}
-		for _, n := range nets {
-			out = append(out, WantedNetwork{Rule: chain.NetworksAnnotation, Network: n})
-		}
-	}
-	return out, nil
 }
 
 // ensure adds one network and its interface unless the VM has it already.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/kubeovn"
 	"github.com/kvnet/kvnet/internal/model/multus"
 )
 
@@ -48,7 +49,7 @@ func (KubeOVNPod) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		if info == nil || !info.IsKubeOVN() {
 			continue
 		}
-		key := info.KubeOVNProvider() + KubeOVNAllowLiveMigration
+		key := info.KubeOVNProvider() + kubeovn.AllowLiveMigration
 		if _, ok := req.Pod.Annotations[key]; !ok {
 			req.Pod.Annotations[key] = "true"
 		}

@@ -24,7 +24,7 @@ import (
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/multus"
-	"github.com/kvnet/kvnet/internal/model/netattach"
+	"github.com/kvnet/kvnet/internal/model/primaryudn"
 )
 
 const (
@@ -58,7 +58,7 @@ func udnVMI(addresses string) *kubevirtv1.VirtualMachineInstance {
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "web", UID: crVMUID, Controller: ptr.To(true)}},
 	}}
 	if addresses != "" {
-		vmi.Annotations = map[string]string{VMIAddressesAnnotation: addresses}
+		vmi.Annotations = map[string]string{primaryudn.AddressesAnnotation: addresses}
 	}
 	vmi.Spec.Networks = []kubevirtv1.Network{{Name: "pn", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}}
 	vmi.Spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "pn", MacAddress: udnMAC, Binding: &kubevirtv1.PluginBinding{Name: "l2bridge"}}}
@@ -110,18 +110,18 @@ func TestPrimaryUDN(t *testing.T) {
 		noVMIReads bool
 	}{
 		"element with claim and MAC, and the legacy annotation": {
-			want: map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"},
+			want: map[string]string{multus.DefaultNetworkAnnotation: full, primaryudn.LegacyClaimAnnotation: "web.pn"},
 		},
 		"IPs from network.kubevirt.io/addresses get the subnet's prefix": {
 			vmi: udnVMI(`{"pn":["10.200.0.9","fd00:200::9"],"other":["1.2.3.4"]}`),
 			want: map[string]string{
-				DefaultNetworkAnnotation:        `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.200.0.9/16","fd00:200::9/64"],"mac":"` + udnMAC + `","ipam-claim-reference":"web.pn"}]`,
-				LegacyPrimaryUDNClaimAnnotation: "web.pn",
+				multus.DefaultNetworkAnnotation:  `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.200.0.9/16","fd00:200::9/64"],"mac":"` + udnMAC + `","ipam-claim-reference":"web.pn"}]`,
+				primaryudn.LegacyClaimAnnotation: "web.pn",
 			},
 		},
 		"IP outside the subnet: warning, claim and MAC still written": {
 			vmi:     udnVMI(`{"pn":["192.168.1.1"]}`),
-			want:    map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"},
+			want:    map[string]string{multus.DefaultNetworkAnnotation: full, primaryudn.LegacyClaimAnnotation: "web.pn"},
 			warning: "in no subnet",
 		},
 		// OVN-Kubernetes fails a pod asking for IPs its claim does not hold.
@@ -129,35 +129,35 @@ func TestPrimaryUDN(t *testing.T) {
 			vmi:   udnVMI(`{"pn":["10.200.0.9","fd00:200::9"]}`),
 			cache: []client.Object{held("10.200.0.9/16", "fd00:200::9/64")},
 			want: map[string]string{
-				DefaultNetworkAnnotation:        `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.200.0.9/16","fd00:200::9/64"],"mac":"` + udnMAC + `","ipam-claim-reference":"web.pn"}]`,
-				LegacyPrimaryUDNClaimAnnotation: "web.pn",
+				multus.DefaultNetworkAnnotation:  `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.200.0.9/16","fd00:200::9/64"],"mac":"` + udnMAC + `","ipam-claim-reference":"web.pn"}]`,
+				primaryudn.LegacyClaimAnnotation: "web.pn",
 			},
 		},
 		"IPs the claim does not hold: warning, claim and MAC still written": {
 			vmi:   udnVMI(`{"pn":["10.200.0.9","fd00:200::9"]}`),
 			cache: []client.Object{held("10.200.0.33/16", "fd00:200::33/64")},
-			want:  map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"}, warning: "already holds [10.200.0.33/16 fd00:200::33/64]",
+			want:  map[string]string{multus.DefaultNetworkAnnotation: full, primaryudn.LegacyClaimAnnotation: "web.pn"}, warning: "already holds [10.200.0.33/16 fd00:200::33/64]",
 		},
 		"one family on a dual-stack network: warning, not applied": {
 			vmi:  udnVMI(`{"pn":["10.200.0.9"]}`),
-			want: map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"}, warning: "takes exactly 1 IPv4 and 1 IPv6",
+			want: map[string]string{multus.DefaultNetworkAnnotation: full, primaryudn.LegacyClaimAnnotation: "web.pn"}, warning: "takes exactly 1 IPv4 and 1 IPv6",
 		},
 		"no MAC asked for: claim only": {
 			vmi: noMAC,
 			want: map[string]string{
-				DefaultNetworkAnnotation:        `[{"name":"default","namespace":"ovn-kubernetes","ipam-claim-reference":"web.pn"}]`,
-				LegacyPrimaryUDNClaimAnnotation: "web.pn",
+				multus.DefaultNetworkAnnotation:  `[{"name":"default","namespace":"ovn-kubernetes","ipam-claim-reference":"web.pn"}]`,
+				primaryudn.LegacyClaimAnnotation: "web.pn",
 			},
 		},
 		"no default-network NAD: legacy annotation only, MAC dropped with a warning": {
 			facts: udnSnapshot(udnPrimary, false),
-			want:  map[string]string{LegacyPrimaryUDNClaimAnnotation: "web.pn"}, warning: "does not exist",
+			want:  map[string]string{primaryudn.LegacyClaimAnnotation: "web.pn"}, warning: "does not exist",
 		},
 		// persistentIPs.primaryUDN.legacyClaimAnnotation: false, for an
 		// OVN-Kubernetes that reads the element (OKEP-5233 deprecates the annotation).
 		"legacy annotation off: element only": {
 			cfg:  udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: false}}"),
-			want: map[string]string{DefaultNetworkAnnotation: full},
+			want: map[string]string{multus.DefaultNetworkAnnotation: full},
 		},
 		"legacy annotation off, no default-network NAD: nothing written, warned": {
 			cfg:   udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: false}}"),
@@ -166,17 +166,17 @@ func TestPrimaryUDN(t *testing.T) {
 		},
 		"legacy annotation off, another claim in it: still refused": {
 			cfg:     udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: false}}"),
-			pod:     map[string]string{LegacyPrimaryUDNClaimAnnotation: "someone-else"},
+			pod:     map[string]string{primaryudn.LegacyClaimAnnotation: "someone-else"},
 			refused: `k8s.ovn.org/primary-udn-ipamclaim="someone-else"`,
 		},
 		"legacy annotation explicitly on": {
 			cfg:  udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, legacyClaimAnnotation: true}}"),
-			want: map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"},
+			want: map[string]string{multus.DefaultNetworkAnnotation: full, primaryudn.LegacyClaimAnnotation: "web.pn"},
 		},
 		"another default-network NAD configured": {
 			cfg:   udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true, defaultNetworkNAD: ovn-kubernetes/default}}"),
 			facts: udnSnapshot(udnPrimary, true),
-			want:  map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"},
+			want:  map[string]string{multus.DefaultNetworkAnnotation: full, primaryudn.LegacyClaimAnnotation: "web.pn"},
 		},
 		"off by default": {cfg: udnConfig(t, ""), noVMIReads: true},
 		"persistent IPs off": {
@@ -191,47 +191,47 @@ func TestPrimaryUDN(t *testing.T) {
 		},
 		"kvnet.io/skip": {pod: map[string]string{chain.SkipAnnotation: "true"}, noVMIReads: true},
 		"the same element already there (reinvocation): nothing to do": {
-			pod: map[string]string{DefaultNetworkAnnotation: full, LegacyPrimaryUDNClaimAnnotation: "web.pn"},
+			pod: map[string]string{multus.DefaultNetworkAnnotation: full, primaryudn.LegacyClaimAnnotation: "web.pn"},
 		},
 		"a partial element is completed, its other keys kept": {
-			pod: map[string]string{DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","example.com/x":{"a":1}}]`},
+			pod: map[string]string{multus.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","example.com/x":{"a":1}}]`},
 			want: map[string]string{
-				DefaultNetworkAnnotation:        `[{"name":"default","namespace":"ovn-kubernetes","example.com/x":{"a":1},"mac":"` + udnMAC + `","ipam-claim-reference":"web.pn"}]`,
-				LegacyPrimaryUDNClaimAnnotation: "web.pn",
+				multus.DefaultNetworkAnnotation:  `[{"name":"default","namespace":"ovn-kubernetes","example.com/x":{"a":1},"mac":"` + udnMAC + `","ipam-claim-reference":"web.pn"}]`,
+				primaryudn.LegacyClaimAnnotation: "web.pn",
 			},
 		},
 		"another network as default: refused": {
-			pod:     map[string]string{DefaultNetworkAnnotation: "tenant-u/mine"},
+			pod:     map[string]string{multus.DefaultNetworkAnnotation: "tenant-u/mine"},
 			refused: `already carries v1.multus-cni.io/default-network="tenant-u/mine": it selects tenant-u/mine`,
 		},
 		"another claim in the element: refused": {
-			pod:     map[string]string{DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","ipam-claim-reference":"other"}]`},
+			pod:     map[string]string{multus.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","ipam-claim-reference":"other"}]`},
 			refused: `"ipam-claim-reference" is "other", kvnet needs "web.pn"`,
 		},
 		"another MAC in the element: refused": {
-			pod:     map[string]string{DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:01"}]`},
+			pod:     map[string]string{multus.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:01"}]`},
 			refused: `"mac" is "02:00:00:00:00:01"`,
 		},
 		"two elements: refused": {
-			pod:     map[string]string{DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes"},{"name":"x"}]`},
+			pod:     map[string]string{multus.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes"},{"name":"x"}]`},
 			refused: "selects 2 networks",
 		},
 		"unparsable: refused": {
-			pod: map[string]string{DefaultNetworkAnnotation: `[{"name":`}, refused: "does not parse",
+			pod: map[string]string{multus.DefaultNetworkAnnotation: `[{"name":`}, refused: "does not parse",
 		},
 		"legacy annotation naming another claim: refused": {
-			pod:     map[string]string{LegacyPrimaryUDNClaimAnnotation: "someone-else"},
+			pod:     map[string]string{primaryudn.LegacyClaimAnnotation: "someone-else"},
 			refused: `k8s.ovn.org/primary-udn-ipamclaim="someone-else"`,
 		},
 		"UPDATE that leaves a foreign element as stored: not refused": {
 			op:   admissionv1.Update,
-			pod:  map[string]string{DefaultNetworkAnnotation: "tenant-u/mine", LegacyPrimaryUDNClaimAnnotation: "web.pn"},
-			old:  map[string]string{DefaultNetworkAnnotation: "tenant-u/mine", LegacyPrimaryUDNClaimAnnotation: "web.pn"},
+			pod:  map[string]string{multus.DefaultNetworkAnnotation: "tenant-u/mine", primaryudn.LegacyClaimAnnotation: "web.pn"},
+			old:  map[string]string{multus.DefaultNetworkAnnotation: "tenant-u/mine", primaryudn.LegacyClaimAnnotation: "web.pn"},
 			want: map[string]string{},
 		},
 		"UPDATE that sets a foreign element: refused": {
 			op:      admissionv1.Update,
-			pod:     map[string]string{DefaultNetworkAnnotation: "tenant-u/mine"},
+			pod:     map[string]string{multus.DefaultNetworkAnnotation: "tenant-u/mine"},
 			old:     map[string]string{},
 			refused: "tenant-u/mine",
 		},
@@ -338,55 +338,6 @@ func (f failingClaims) Get(ctx context.Context, key client.ObjectKey, obj client
 	return f.Reader.Get(ctx, key, obj, opts...)
 }
 
-func TestPrimaryIPs(t *testing.T) {
-	info := netattach.Parse(&nadv1.NetworkAttachmentDefinition{
-		ObjectMeta: metav1.ObjectMeta{Namespace: udnNS, Name: "udn"}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: udnPrimary},
-	})
-	noSubnets := netattach.Parse(&nadv1.NetworkAttachmentDefinition{
-		ObjectMeta: metav1.ObjectMeta{Namespace: udnNS, Name: "udn"}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: `{"name":"x","type":"ovn-k8s-cni-overlay","role":"primary","topology":"layer2"}`},
-	})
-	tests := map[string]struct {
-		raw  string
-		info *netattach.Info
-		want string
-		err  string
-	}{
-		"both families":         {raw: `{"pn":["10.200.1.2","fd00:200::2"]}`, want: "[10.200.1.2/16 fd00:200::2/64]"},
-		"CIDR keeps its prefix": {raw: `{"pn":["10.200.1.2/24","fd00:200::2"]}`, want: "[10.200.1.2/24 fd00:200::2/64]"},
-		// OVN-Kubernetes wants one IP per subnet, of its family, on a dual-stack network.
-		"one family on a dual-stack network": {raw: `{"pn":["10.200.1.2"]}`, err: "asks for 1 IPv4 and 0 IPv6 address(es); primary network tenant-u/udn"},
-		"two IPv4 on a dual-stack network":   {raw: `{"pn":["10.200.1.2","10.200.1.3"]}`, err: "takes exactly 1 IPv4 and 1 IPv6"},
-		"three on a dual-stack network":      {raw: `{"pn":["10.200.1.2","fd00:200::2","fd00:200::3"]}`, err: "asks for 1 IPv4 and 2 IPv6"},
-		"other interfaces only":              {raw: `{"eth1":["10.200.1.2"]}`, want: "[]"},
-		"outside every subnet":               {raw: `{"pn":["10.9.0.1"]}`, err: "in no subnet"},
-		"family without a subnet":            {raw: `{"pn":["2001:db8::1"]}`, info: noSubnets, err: "no prefix length"},
-		"CIDR without subnets":               {raw: `{"pn":["2001:db8::1/64"]}`, info: noSubnets, want: "[2001:db8::1/64]"},
-		"not an IP":                          {raw: `{"pn":["web"]}`, err: "neither an IP nor a CIDR"},
-		"not the right shape":                {raw: `["10.200.1.2"]`, err: `want {"<interface>"`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			i := tc.info
-			if i == nil {
-				i = info
-			}
-			got, err := PrimaryIPs(tc.raw, "pn", i)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err = %v, want %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s := fmt.Sprint(got); s != tc.want && !(tc.want == "[]" && len(got) == 0) {
-				t.Errorf("got %s, want %s", s, tc.want)
-			}
-		})
-	}
-}
-
 // BenchmarkPrimaryUDN is the launcher-pod path in a namespace whose primary
 // network is a UDN (cached VMI, element and legacy annotation written),
 // next to what it costs every other namespace once switched on (the
@@ -427,7 +378,7 @@ func BenchmarkPrimaryUDN(b *testing.B) {
 				if err := m.MutatePod(ctx, req); err != nil {
 					return err
 				}
-				if facts == udn && req.Pod.Annotations[DefaultNetworkAnnotation] == "" {
+				if facts == udn && req.Pod.Annotations[multus.DefaultNetworkAnnotation] == "" {
 					return fmt.Errorf("no element written")
 				}
 				return nil
@@ -437,44 +388,4 @@ func BenchmarkPrimaryUDN(b *testing.B) {
 			}
 		})
 	}
-}
-
-// FuzzCompleteDefaultElement: any default-network annotation and
-// network.kubevirt.io/addresses value is completed or refused without a
-// panic; a completed annotation parses, carries kvnet's keys, and
-// completing it again changes nothing (reinvocation is a no-op).
-func FuzzCompleteDefaultElement(f *testing.F) {
-	for _, s := range [][2]string{
-		{"", `{"pn":["10.200.0.9"]}`},
-		{"ovn-kubernetes/default", `{"pn":["fd00:200::1/64"]}`},
-		{`[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:2a","x.io/k":[1,{"a":null}]}]`, `{}`},
-		{`[{"name":"default","namespace":"ovn-kubernetes","ips":["10.200.0.9/16"],"ipam-claim-reference":"web.pn"}]`, `{"pn":["10.200.0.9"]}`},
-		{`[{"name":"default"},{"name":"x"}]`, `nope`},
-		{`{"name":"default","namespace":"ovn-kubernetes"}`, `{"pn":["10.9.9.9"]}`},
-	} {
-		f.Add(s[0], s[1])
-	}
-	info := netattach.Parse(&nadv1.NetworkAttachmentDefinition{
-		ObjectMeta: metav1.ObjectMeta{Namespace: udnNS, Name: "udn"}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: udnPrimary},
-	})
-	f.Fuzz(func(t *testing.T, cur, addresses string) {
-		ips, _ := PrimaryIPs(addresses, "pn", info)
-		want := DefaultElement{Namespace: "ovn-kubernetes", NAD: "default", IPs: ips, MAC: udnMAC, Claim: "web.pn"}
-		present := cur != ""
-		out, changed, conflict := CompleteDefaultElement(cur, present, udnNS, want)
-		if conflict != "" {
-			return
-		}
-		if !present && !changed {
-			t.Fatalf("nothing written for an absent annotation")
-		}
-		elems, err := multus.ParseDefaultNetwork(out)
-		if err != nil || len(elems) != 1 || elems[0].String(multus.KeyIPAMClaimReference) != "web.pn" || elems[0].String(multus.KeyMAC) != udnMAC {
-			t.Fatalf("completed %q to %q (%v): not one element with kvnet's keys", cur, out, err)
-		}
-		again, changed2, conflict2 := CompleteDefaultElement(out, true, udnNS, want)
-		if conflict2 != "" || changed2 || again != out {
-			t.Fatalf("second pass on %q: %q changed=%v conflict=%q", out, again, changed2, conflict2)
-		}
-	})
 }

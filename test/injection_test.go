@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
 const plainVM = `
@@ -138,7 +139,7 @@ func TestMalformedAnnotationIsRefusedWithFieldPath(t *testing.T) {
 	var vm kubevirtv1.VirtualMachine
 	fromYAML(t, plainVM, &vm)
 	vm.Namespace = ns
-	vm.Annotations = map[string]string{chain.NetworksAnnotation: "a/b/c@"}
+	vm.Annotations = map[string]string{requested.Annotation: "a/b/c@"}
 	err := env.Client.Create(context.Background(), &vm)
 	hasCause(t, err, "metadata.annotations[kvnet.io/networks]", "item 0")
 }

@@ -15,7 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/primaryudn"
 	"github.com/kvnet/kvnet/persistentips"
 )
 
@@ -33,7 +34,7 @@ const udnMAC = "02:00:00:00:10:01"
 func udnVM(ns, name string) *kubevirtv1.VirtualMachine {
 	vm := piVmWithNetworks(ns, name)
 	tmpl := vm.Spec.Template
-	tmpl.ObjectMeta.Annotations = map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.210.0.7"]}`}
+	tmpl.ObjectMeta.Annotations = map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.210.0.7"]}`}
 	tmpl.Spec.Domain.Devices.Interfaces[0].MacAddress = udnMAC
 	return vm
 }
@@ -51,7 +52,7 @@ func udnStartVMI(t *testing.T, vm *kubevirtv1.VirtualMachine) *kubevirtv1.Virtua
 		t.Fatal(err)
 	}
 	waitCachedWith(t, vmi, func(cur *kubevirtv1.VirtualMachineInstance) bool {
-		return cur.Annotations[mutators.VMIAddressesAnnotation] != ""
+		return cur.Annotations[primaryudn.AddressesAnnotation] != ""
 	})
 	return vmi
 }
@@ -132,7 +133,7 @@ func TestPrimaryUDNOffByDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := piStoredPod(t, pod)
-	for _, k := range []string{mutators.DefaultNetworkAnnotation, mutators.LegacyPrimaryUDNClaimAnnotation} {
+	for _, k := range []string{multus.DefaultNetworkAnnotation, primaryudn.LegacyClaimAnnotation} {
 		if v, ok := got.Annotations[k]; ok {
 			t.Errorf("launcher pod got %s=%q with primaryUDN off", k, v)
 		}
@@ -173,11 +174,11 @@ func TestPrimaryUDNClaimAndLauncherPod(t *testing.T) {
 	}
 	got := piStoredPod(t, pod)
 	want := `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.210.0.7/16"],"mac":"` + udnMAC + `","ipam-claim-reference":"` + claim + `"}]`
-	if v := got.Annotations[mutators.DefaultNetworkAnnotation]; v != want {
-		t.Errorf("stored %s\n got %s\nwant %s", mutators.DefaultNetworkAnnotation, v, want)
+	if v := got.Annotations[multus.DefaultNetworkAnnotation]; v != want {
+		t.Errorf("stored %s\n got %s\nwant %s", multus.DefaultNetworkAnnotation, v, want)
 	}
-	if v := got.Annotations[mutators.LegacyPrimaryUDNClaimAnnotation]; v != claim {
-		t.Errorf("stored %s = %q, want %q", mutators.LegacyPrimaryUDNClaimAnnotation, v, claim)
+	if v := got.Annotations[primaryudn.LegacyClaimAnnotation]; v != claim {
+		t.Errorf("stored %s = %q, want %q", primaryudn.LegacyClaimAnnotation, v, claim)
 	}
 	// A label-only UPDATE (virt-controller's kind) keeps both byte for byte.
 	base := got.DeepCopy()
@@ -185,23 +186,23 @@ func TestPrimaryUDNClaimAndLauncherPod(t *testing.T) {
 	if err := env.Client.Patch(ctx, got, client.MergeFrom(base)); err != nil {
 		t.Fatalf("label update: %v", err)
 	}
-	if after := piStoredPod(t, pod); after.Annotations[mutators.DefaultNetworkAnnotation] != want {
-		t.Errorf("UPDATE changed the element to %s", after.Annotations[mutators.DefaultNetworkAnnotation])
+	if after := piStoredPod(t, pod); after.Annotations[multus.DefaultNetworkAnnotation] != want {
+		t.Errorf("UPDATE changed the element to %s", after.Annotations[multus.DefaultNetworkAnnotation])
 	}
 
 	// A default-network annotation copied from the VM template, naming
 	// another network: refused, naming the annotation, never a 500.
-	foreign := udnLauncher(vmi, map[string]string{mutators.DefaultNetworkAnnotation: ns + "/mine"})
+	foreign := udnLauncher(vmi, map[string]string{multus.DefaultNetworkAnnotation: ns + "/mine"})
 	err = env.Client.Create(ctx, foreign)
-	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), mutators.DefaultNetworkAnnotation) || !strings.Contains(err.Error(), ns+"/mine") {
-		t.Fatalf("pod with a foreign default network: err = %v, want 403 naming %s", err, mutators.DefaultNetworkAnnotation)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), multus.DefaultNetworkAnnotation) || !strings.Contains(err.Error(), ns+"/mine") {
+		t.Fatalf("pod with a foreign default network: err = %v, want 403 naming %s", err, multus.DefaultNetworkAnnotation)
 	}
 	// The same element kvnet would write is completed, not refused.
-	partial := udnLauncher(vmi, map[string]string{mutators.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"` + udnMAC + `"}]`})
+	partial := udnLauncher(vmi, map[string]string{multus.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"` + udnMAC + `"}]`})
 	if err := env.Client.Create(ctx, partial); err != nil {
 		t.Fatalf("pod with kvnet's own element, partly: %v", err)
 	}
-	if v := piStoredPod(t, partial).Annotations[mutators.DefaultNetworkAnnotation]; v != `[{"name":"default","namespace":"ovn-kubernetes","mac":"`+udnMAC+`","ips":["10.210.0.7/16"],"ipam-claim-reference":"`+claim+`"}]` {
+	if v := piStoredPod(t, partial).Annotations[multus.DefaultNetworkAnnotation]; v != `[{"name":"default","namespace":"ovn-kubernetes","mac":"`+udnMAC+`","ips":["10.210.0.7/16"],"ipam-claim-reference":"`+claim+`"}]` {
 		t.Errorf("completed element %s", v)
 	}
 
@@ -214,8 +215,8 @@ func TestPrimaryUDNClaimAndLauncherPod(t *testing.T) {
 	if err := env.Client.Create(ctx, pod2); err != nil {
 		t.Fatal(err)
 	}
-	if v := piStoredPod(t, pod2).Annotations[mutators.DefaultNetworkAnnotation]; v != want {
-		t.Errorf("after restart %s = %s", mutators.DefaultNetworkAnnotation, v)
+	if v := piStoredPod(t, pod2).Annotations[multus.DefaultNetworkAnnotation]; v != want {
+		t.Errorf("after restart %s = %s", multus.DefaultNetworkAnnotation, v)
 	}
 	if again, err := piGetClaim(ns, claim); err != nil || again.UID != c.UID {
 		t.Errorf("claim after restart: %v (uid %s, was %s)", err, again.UID, c.UID)
@@ -224,7 +225,7 @@ func TestPrimaryUDNClaimAndLauncherPod(t *testing.T) {
 	// A VM asking for an IP outside the primary network is refused on the
 	// VM, naming the annotation, rather than losing the IP at pod creation.
 	bad := udnVM(ns, "bad")
-	bad.Spec.Template.ObjectMeta.Annotations[mutators.VMIAddressesAnnotation] = `{"default":["192.168.9.9"]}`
+	bad.Spec.Template.ObjectMeta.Annotations[primaryudn.AddressesAnnotation] = `{"default":["192.168.9.9"]}`
 	if err := env.Client.Create(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.template.metadata.annotations[network.kubevirt.io/addresses]") {
 		t.Errorf("VM with an IP outside the primary network: err = %v, want 422 naming the annotation", err)
 	}
@@ -293,11 +294,11 @@ func TestPrimaryUDNLegacyAnnotationOff(t *testing.T) {
 	}
 	got := piStoredPod(t, pod)
 	want := `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.210.0.7/16"],"mac":"` + udnMAC + `","ipam-claim-reference":"` + claim + `"}]`
-	if v := got.Annotations[mutators.DefaultNetworkAnnotation]; v != want {
-		t.Errorf("stored %s\n got %s\nwant %s", mutators.DefaultNetworkAnnotation, v, want)
+	if v := got.Annotations[multus.DefaultNetworkAnnotation]; v != want {
+		t.Errorf("stored %s\n got %s\nwant %s", multus.DefaultNetworkAnnotation, v, want)
 	}
-	if v, ok := got.Annotations[mutators.LegacyPrimaryUDNClaimAnnotation]; ok {
-		t.Errorf("stored pod carries %s=%q with the switch off", mutators.LegacyPrimaryUDNClaimAnnotation, v)
+	if v, ok := got.Annotations[primaryudn.LegacyClaimAnnotation]; ok {
+		t.Errorf("stored pod carries %s=%q with the switch off", primaryudn.LegacyClaimAnnotation, v)
 	}
 }
 
@@ -316,7 +317,7 @@ func TestPrimaryUDNAddressesMustMatchClaim(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "udn", "", fmt.Sprintf(udnPrimaryConfig, ns))
 	vm := udnVM(ns, "web")
-	delete(vm.Spec.Template.ObjectMeta.Annotations, mutators.VMIAddressesAnnotation)
+	delete(vm.Spec.Template.ObjectMeta.Annotations, primaryudn.AddressesAnnotation)
 	piCreateVM(t, vm)
 	claim := piWaitClaimFor(t, ns, persistentips.ClaimName("web", "default"), vm)
 
@@ -341,7 +342,7 @@ func TestPrimaryUDNAddressesMustMatchClaim(t *testing.T) {
 		if cur.Spec.Template.ObjectMeta.Annotations == nil {
 			cur.Spec.Template.ObjectMeta.Annotations = map[string]string{}
 		}
-		cur.Spec.Template.ObjectMeta.Annotations[mutators.VMIAddressesAnnotation] = `{"default":["` + ip + `"]}`
+		cur.Spec.Template.ObjectMeta.Annotations[primaryudn.AddressesAnnotation] = `{"default":["` + ip + `"]}`
 		return env.Client.Update(ctx, cur)
 	}
 	err = ask("10.210.0.7")

@@ -14,8 +14,9 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/addresses"
+	"github.com/kvnet/kvnet/internal/model/kubeovn"
 	"github.com/kvnet/kvnet/internal/model/netattach"
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
 // Addresses checks per-network address requests, from the kvnet.io/networks
@@ -51,7 +52,7 @@ type addressAsk struct {
 
 // Validate implements chain.Validator.
 func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
-	netsValue, hasNets := req.Meta.Annotations[chain.NetworksAnnotation]
+	netsValue, hasNets := req.Meta.Annotations[requested.Annotation]
 	hasNets = hasNets && addresses.MayRequest(netsValue)
 	tblValue, hasTbl := req.TemplateMeta.Annotations[addresses.Annotation]
 	if !hasNets && !hasTbl {
@@ -66,13 +67,13 @@ func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.Erro
 	var errs field.ErrorList
 	if hasNets {
 		// Only the annotation: config rules cannot carry addresses.
-		nets, perrs := mutators.ParseRequested(netsValue, mutators.AnnotationPath)
+		nets, perrs := requested.Parse(netsValue, requested.AnnotationPath)
 		if len(perrs) > 0 {
 			return nil, req.Invalid(perrs) // as the mutator and the other validators answer it
 		}
 		for _, n := range nets {
 			if !n.Request.Empty() {
-				asks = append(asks, addressAsk{network: n.Name, r: n.Request, path: mutators.AnnotationPath})
+				asks = append(asks, addressAsk{network: n.Name, r: n.Request, path: requested.AnnotationPath})
 			}
 		}
 	}
@@ -127,7 +128,7 @@ func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.Erro
 		case kubeOVN && a.fromTbl && (len(a.r.IPs) > 0 || a.r.MAC != "" || a.r.LogicalSwitch != ""):
 			errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf(
 				"network %s is a kube-ovn attachment: kube-ovn reads %s%s and %s%s, not the Multus element; ask in kvnet.io/networks and kvnet writes them",
-				a.network, info.KubeOVNProvider(), mutators.KubeOVNIPAddress, info.KubeOVNProvider(), mutators.KubeOVNMACAddress)))
+				a.network, info.KubeOVNProvider(), kubeovn.IPAddress, info.KubeOVNProvider(), kubeovn.MACAddress)))
 		case !kubeOVN && a.r.LogicalSwitch != "":
 			errs = append(errs, field.Invalid(a.path, a.r.LogicalSwitch, fmt.Sprintf("network %s: logicalSwitch is kube-ovn's; NetworkAttachmentDefinition %s is not a kube-ovn attachment", a.network, info.Ref())))
 		case kubeOVN && !a.fromTbl && attachCount(req, info.Namespace, info.Name) > 1:

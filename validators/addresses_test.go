@@ -14,6 +14,7 @@ import (
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/addresses"
+	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
 // addrRequest is a VM in namespace "ns" with one Multus network "data" on
@@ -36,7 +37,7 @@ func addrRequest(nad, nets, tbl string) *chain.Request {
 	meta := &metav1.ObjectMeta{Namespace: "ns", Name: "vm", Annotations: map[string]string{}}
 	tmeta := &metav1.ObjectMeta{Annotations: map[string]string{}}
 	if nets != "" {
-		meta.Annotations[chain.NetworksAnnotation] = nets
+		meta.Annotations[requested.Annotation] = nets
 	}
 	if tbl != "" {
 		tmeta.Annotations[addresses.Annotation] = tbl

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/internal/model/kubeovn"
 )
 
 // DefaultRoute refuses more than one default-route attachment: kube-ovn
@@ -23,7 +23,7 @@ func (DefaultRoute) Name() string { return "default-route" }
 func (DefaultRoute) Validate(_ context.Context, req *chain.Request) (field.ErrorList, error) {
 	var keys []string
 	for k, v := range req.TemplateMeta.Annotations {
-		if strings.HasSuffix(k, mutators.KubeOVNDefaultRoute) && v == "true" {
+		if strings.HasSuffix(k, kubeovn.DefaultRoute) && v == "true" {
 			keys = append(keys, k)
 		}
 	}

@@ -3,6 +3,7 @@ package validators
 import (
 	"context"
 	"fmt"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,7 +12,7 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/netattach"
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/internal/model/requested"
 	"github.com/kvnet/kvnet/persistentips"
 )
 
@@ -111,7 +112,7 @@ func (v PersistentIPs) Validate(ctx context.Context, req *chain.Request) (field.
 // kvnet.io/networks annotation ask to keep their IPs. A malformed annotation
 // was refused by the networks mutator already and is ignored here.
 func (PersistentIPs) asks(ctx context.Context, req *chain.Request) ([]persistentAsk, error) {
-	wanted, err := mutators.Requested(ctx, req)
+	wanted, err := req.WantedNetworks(ctx)
 	if apierrors.IsInvalid(err) {
 		return nil, nil
 	}
@@ -122,8 +123,8 @@ func (PersistentIPs) asks(ctx context.Context, req *chain.Request) ([]persistent
 	for _, w := range wanted {
 		switch {
 		case !w.Network.PersistentIPs:
-		case w.Rule == chain.NetworksAnnotation:
-			out = append(out, persistentAsk{net: w.Network, path: mutators.AnnotationPath, source: chain.NetworksAnnotation})
+		case w.Rule == requested.Annotation:
+			out = append(out, persistentAsk{net: w.Network, path: requested.AnnotationPath, source: requested.Annotation})
 		default:
 			out = append(out, persistentAsk{net: w.Network, source: "config rule " + w.Rule})
 		}

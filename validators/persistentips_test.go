@@ -14,6 +14,7 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
 func piRequest(kind string, annotations map[string]string, cfg config.Config, nets ...[2]string) *chain.Request {
@@ -40,11 +41,11 @@ func piRequest(kind string, annotations map[string]string, cfg config.Config, ne
 
 func TestPersistentIPsValidator(t *testing.T) {
 	annotation := func(nad string) map[string]string {
-		return map[string]string{chain.NetworksAnnotation: `[{"name":"data","nad":"` + nad + `","persistentIPs":true}]`}
+		return map[string]string{requested.Annotation: `[{"name":"data","nad":"` + nad + `","persistentIPs":true}]`}
 	}
 	rule := config.Config{NetworkRules: []config.NetworkRule{{Name: "r", Networks: []config.Network{{Name: "data", NAD: "plain", PersistentIPs: true}}}}}
 	off := config.Config{PersistentIPs: config.PersistentIPs{Enabled: ptr.To(false)}}
-	owned := map[string]string{chain.NetworksAnnotation: `[{"name":"data","nad":"plain","persistentIPs":true}]`}
+	owned := map[string]string{requested.Annotation: `[{"name":"data","nad":"plain","persistentIPs":true}]`}
 	tests := map[string]struct {
 		kind     string
 		ann      map[string]string

@@ -9,7 +9,8 @@ import (
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/config"
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/primaryudn"
 	"github.com/kvnet/kvnet/persistentips"
 )
 
@@ -81,12 +82,12 @@ func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.Error
 		ann = req.TemplateMeta.Annotations
 	}
 	var errs field.ErrorList
-	want := mutators.DefaultElement{Claim: persistentips.ClaimName(req.Name, pod.Name)}
+	want := primaryudn.DefaultElement{Claim: persistentips.ClaimName(req.Name, pod.Name)}
 	if iface := persistentips.PodInterface(req.Spec, pod.Name); iface != nil {
 		want.MAC = iface.MacAddress
 	}
-	if raw, ok := ann[mutators.VMIAddressesAnnotation]; ok {
-		ips, err := mutators.PrimaryIPs(raw, pod.Name, info)
+	if raw, ok := ann[primaryudn.AddressesAnnotation]; ok {
+		ips, err := primaryudn.PrimaryIPs(raw, pod.Name, info)
 		if err == nil && len(ips) > 0 {
 			var lookupErr error
 			if err, lookupErr = claimHolds(ctx, req, want.Claim, ips); lookupErr != nil {
@@ -94,21 +95,21 @@ func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.Error
 			}
 		}
 		if err != nil {
-			errs = append(errs, field.Invalid(annPath.Key(mutators.VMIAddressesAnnotation), raw, fmt.Sprintf("pod network %s: %v", pod.Name, err)))
+			errs = append(errs, field.Invalid(annPath.Key(primaryudn.AddressesAnnotation), raw, fmt.Sprintf("pod network %s: %v", pod.Name, err)))
 		}
 		want.IPs = ips
 	}
-	if cur, ok := ann[mutators.DefaultNetworkAnnotation]; ok {
+	if cur, ok := ann[multus.DefaultNetworkAnnotation]; ok {
 		if want.Namespace, want.NAD, err = config.SplitNAD(req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD, ""); err != nil {
 			return nil, fmt.Errorf("persistentIPs.primaryUDN.defaultNetworkNAD: %w", err)
 		}
-		if _, _, conflict := mutators.CompleteDefaultElement(cur, true, req.Namespace, want); conflict != "" {
-			errs = append(errs, field.Forbidden(annPath.Key(mutators.DefaultNetworkAnnotation), fmt.Sprintf(
+		if _, _, conflict := primaryudn.CompleteDefaultElement(cur, true, req.Namespace, want); conflict != "" {
+			errs = append(errs, field.Forbidden(annPath.Key(multus.DefaultNetworkAnnotation), fmt.Sprintf(
 				"kvnet keeps the pod network's IP on primary network %s through this annotation on the virt-launcher pod, and would refuse the pod: %s; remove it", info.Ref(), conflict)))
 		}
 	}
-	if cur, ok := ann[mutators.LegacyPrimaryUDNClaimAnnotation]; ok && cur != want.Claim {
-		errs = append(errs, field.Forbidden(annPath.Key(mutators.LegacyPrimaryUDNClaimAnnotation), fmt.Sprintf(
+	if cur, ok := ann[primaryudn.LegacyClaimAnnotation]; ok && cur != want.Claim {
+		errs = append(errs, field.Forbidden(annPath.Key(primaryudn.LegacyClaimAnnotation), fmt.Sprintf(
 			"kvnet keeps the pod network's IP in IPAMClaim %q and would refuse a virt-launcher pod naming %q; remove it", want.Claim, cur)))
 	}
 	return errs, nil
@@ -131,5 +132,5 @@ func claimHolds(ctx context.Context, req *chain.Request, name string, ips []stri
 	if ref := metav1.GetControllerOf(c); ref == nil || ref.UID != req.Meta.UID {
 		return nil, nil
 	}
-	return mutators.ClaimHolds(c, ips), nil
+	return primaryudn.ClaimHolds(c, ips), nil
 }

@@ -17,8 +17,9 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/model/netattach"
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/internal/model/primaryudn"
 )
 
 const udnL2 = `{"name":"ns_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.200.0.0/16","allowPersistentIPs":true}`
@@ -79,42 +80,42 @@ func TestPrimaryUDNValidator(t *testing.T) {
 		defaultNAD bool
 	}{
 		"quiet":                  {primaries: []string{udnL2}},
-		"IPs inside the network": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
-		"IP outside the network": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.9.3.4"]}`},
+		"IPs inside the network": {primaries: []string{udnL2}, ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+		"IP outside the network": {primaries: []string{udnL2}, ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.9.3.4"]}`},
 			errPaths: []string{"spec.template.metadata.annotations[network.kubevirt.io/addresses]"}, errText: "in no subnet"},
-		"addresses do not parse": {primaries: []string{udnL2}, ann: map[string]string{mutators.VMIAddressesAnnotation: `nope`},
+		"addresses do not parse": {primaries: []string{udnL2}, ann: map[string]string{primaryudn.AddressesAnnotation: `nope`},
 			errPaths: []string{"spec.template.metadata.annotations[network.kubevirt.io/addresses]"}},
-		"foreign default network": {primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"},
+		"foreign default network": {primaries: []string{udnL2}, ann: map[string]string{multus.DefaultNetworkAnnotation: "ns/mine"},
 			errPaths: []string{annDN}, errText: "selects ns/mine"},
-		"kvnet's own element, partly": {primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:07"}]`}},
-		"element with another MAC": {primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:99"}]`},
+		"kvnet's own element, partly": {primaries: []string{udnL2}, ann: map[string]string{multus.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:07"}]`}},
+		"element with another MAC": {primaries: []string{udnL2}, ann: map[string]string{multus.DefaultNetworkAnnotation: `[{"name":"default","namespace":"ovn-kubernetes","mac":"02:00:00:00:00:99"}]`},
 			errPaths: []string{annDN}, errText: `"mac"`},
-		"legacy annotation naming another claim": {primaries: []string{udnL2}, ann: map[string]string{mutators.LegacyPrimaryUDNClaimAnnotation: "other"},
+		"legacy annotation naming another claim": {primaries: []string{udnL2}, ann: map[string]string{primaryudn.LegacyClaimAnnotation: "other"},
 			errPaths: []string{"spec.template.metadata.annotations[k8s.ovn.org/primary-udn-ipamclaim]"}},
-		"legacy annotation naming the claim": {primaries: []string{udnL2}, ann: map[string]string{mutators.LegacyPrimaryUDNClaimAnnotation: "vm.default"}},
+		"legacy annotation naming the claim": {primaries: []string{udnL2}, ann: map[string]string{primaryudn.LegacyClaimAnnotation: "vm.default"}},
 		"layer3 primary: warning":            {primaries: []string{strings.Replace(udnL2, "layer2", "layer3", 1)}, warning: "layer2 primary networks only"},
 		"two primaries: warning":             {primaries: []string{udnL2, udnL2}, warning: "2 primary user-defined networks"},
-		"no primary network":                 {ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
-		"off by default":                     {cfg: &config.Config{}, primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
-		"persistent IPs off":                 {cfg: &ipsOff, primaries: []string{udnL2}, ann: map[string]string{mutators.DefaultNetworkAnnotation: "ns/mine"}},
+		"no primary network":                 {ann: map[string]string{multus.DefaultNetworkAnnotation: "ns/mine"}},
+		"off by default":                     {cfg: &config.Config{}, primaries: []string{udnL2}, ann: map[string]string{multus.DefaultNetworkAnnotation: "ns/mine"}},
+		"persistent IPs off":                 {cfg: &ipsOff, primaries: []string{udnL2}, ann: map[string]string{multus.DefaultNetworkAnnotation: "ns/mine"}},
 		// ipam-extensions would call the claim vm.default: a move between the two changes the IP.
 		// OVN-Kubernetes takes one IP per family, and only IPs the VM's claim holds.
-		"dual-stack, both families": {primaries: []string{udnDual}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4","fd00:200::4"]}`}},
-		"dual-stack, one family": {primaries: []string{udnDual}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`},
+		"dual-stack, both families": {primaries: []string{udnDual}, ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4","fd00:200::4"]}`}},
+		"dual-stack, one family": {primaries: []string{udnDual}, ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4"]}`},
 			errPaths: []string{annAddr}, errText: "takes exactly 1 IPv4 and 1 IPv6"},
-		"dual-stack, two IPv4": {primaries: []string{udnDual}, ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4","10.200.3.5"]}`},
+		"dual-stack, two IPv4": {primaries: []string{udnDual}, ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4","10.200.3.5"]}`},
 			errPaths: []string{annAddr}, errText: "asks for 2 IPv4 and 0 IPv6"},
 		"the VM's claim holds the IPs": {primaries: []string{udnL2}, uid: vmUID, claim: heldClaim(vmUID, "10.200.3.4/16"),
-			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+			ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4"]}`}},
 		"the VM's claim holds other IPs": {primaries: []string{udnL2}, uid: vmUID, claim: heldClaim(vmUID, "10.200.9.9/16"),
-			ann:      map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`},
+			ann:      map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4"]}`},
 			errPaths: []string{annAddr}, errText: "IPAMClaim vm.default already holds [10.200.9.9/16]"},
 		"the VM's claim has no IPs yet": {primaries: []string{udnL2}, uid: vmUID, claim: heldClaim(vmUID),
-			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+			ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4"]}`}},
 		"another VM's claim of that name": {primaries: []string{udnL2}, uid: vmUID, claim: heldClaim("00000000-0000-0000-0000-00000000dead", "10.200.9.9/16"),
-			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+			ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4"]}`}},
 		"CREATE: no claim is the VM's yet": {primaries: []string{udnL2}, claim: heldClaim(vmUID, "10.200.9.9/16"),
-			ann: map[string]string{mutators.VMIAddressesAnnotation: `{"default":["10.200.3.4"]}`}},
+			ann: map[string]string{primaryudn.AddressesAnnotation: `{"default":["10.200.3.4"]}`}},
 		"legacy annotation off, no default-network NAD: warning": {cfg: &legacyOff, primaries: []string{udnL2}, warning: "nothing will carry the claim"},
 		"legacy annotation off, default-network NAD there":       {cfg: &legacyOff, primaries: []string{udnL2}, defaultNAD: true},
 		"pod network with capitals: claim-name warning":          {primaries: []string{udnL2}, podNet: "Default", warning: "ipam-extensions would name that claim differently"},

@@ -16,7 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/primaryudn"
 	"github.com/kvnet/kvnet/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 )
@@ -91,11 +92,11 @@ func TestPrimaryUDNClaimInRealLauncherPod(t *testing.T) {
 	pod := waitLauncherPod(t, vmi)
 	claimName := persistentips.ClaimName("web", "default")
 	want := `[{"name":"default","namespace":"ovn-kubernetes","ips":["10.220.0.9/16"],"mac":"02:00:00:00:20:01","ipam-claim-reference":"` + claimName + `"}]`
-	if got := pod.Annotations[mutators.DefaultNetworkAnnotation]; got != want {
-		t.Errorf("launcher pod %s\n got %s\nwant %s", mutators.DefaultNetworkAnnotation, got, want)
+	if got := pod.Annotations[multus.DefaultNetworkAnnotation]; got != want {
+		t.Errorf("launcher pod %s\n got %s\nwant %s", multus.DefaultNetworkAnnotation, got, want)
 	}
-	if got := pod.Annotations[mutators.LegacyPrimaryUDNClaimAnnotation]; got != claimName {
-		t.Errorf("launcher pod %s = %q, want %q", mutators.LegacyPrimaryUDNClaimAnnotation, got, claimName)
+	if got := pod.Annotations[primaryudn.LegacyClaimAnnotation]; got != claimName {
+		t.Errorf("launcher pod %s = %q, want %q", primaryudn.LegacyClaimAnnotation, got, claimName)
 	}
 	claim := waitClaim(t, ns, claimName)
 	if o := metav1.GetControllerOf(claim); o == nil || o.Kind != "VirtualMachine" || o.Name != "web" || o.UID != vm.UID {
@@ -153,7 +154,7 @@ func TestPrimaryUDNRefusesForeignDefaultNetwork(t *testing.T) {
 			if e.InvolvedObject.UID != vmi.UID {
 				continue
 			}
-			if strings.Contains(e.Message, mutators.DefaultNetworkAnnotation) && strings.Contains(e.Message, ns+"/mine") {
+			if strings.Contains(e.Message, multus.DefaultNetworkAnnotation) && strings.Contains(e.Message, ns+"/mine") {
 				t.Logf("virt-controller: %s: %s", e.Reason, e.Message)
 				return nil
 			}

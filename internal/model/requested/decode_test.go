@@ -1,4 +1,4 @@
-package mutators
+package requested
 
 import (
 	"reflect"

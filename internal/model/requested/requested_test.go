@@ -1,4 +1,4 @@
-package mutators_test
+package requested_test
 
 import (
 	"reflect"
@@ -8,12 +8,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/internal/config"
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
 var annoPath = field.NewPath("metadata", "annotations").Key("kvnet.io/networks")
 
-func TestParseRequested(t *testing.T) {
+func TestParse(t *testing.T) {
 	cases := map[string]struct {
 		in   string
 		want []config.Network
@@ -50,7 +50,7 @@ func TestParseRequested(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, errs := mutators.ParseRequested(c.in, annoPath)
+			got, errs := requested.Parse(c.in, requested.AnnotationPath)
 			if len(errs) != c.errs {
 				t.Fatalf("errors = %v, want %d", errs, c.errs)
 			}
@@ -66,9 +66,9 @@ func TestParseRequested(t *testing.T) {
 	}
 }
 
-// FuzzParseRequested: any annotation value gives networks or field errors on
+// FuzzParse: any annotation value gives networks or field errors on
 // the annotation, never a panic; accepted networks are valid config networks.
-func FuzzParseRequested(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"", "br", "ns/nad@name, nad2", " a , b/c@d ", "a@", "/a", "a/b/c", "@", ",",
 		`[{"name":"a","nad":"ns/x","binding":"sriov","defaultRoute":true}]`,
@@ -77,7 +77,7 @@ func FuzzParseRequested(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		nets, errs := mutators.ParseRequested(s, annoPath)
+		nets, errs := requested.Parse(s, requested.AnnotationPath)
 		if len(errs) > 0 {
 			if nets != nil {
 				t.Fatalf("networks %v returned with errors %v", nets, errs)

@@ -1,4 +1,8 @@
-package mutators
+// Package requested reads what a VM asks kvnet for: the networks of the
+// kvnet.io/networks annotation, in either of its forms, and the networks of
+// the config rules that match it. Mutators add those networks; validators
+// check them; both read them here, so the two never disagree on a meaning.
+package requested
 
 import (
 	"encoding/json"
@@ -15,12 +19,26 @@ import (
 	"github.com/kvnet/kvnet/internal/model/multus"
 )
 
-// ParseRequested reads the kvnet.io/networks annotation. It takes the Multus
+// Annotation asks for networks, in Multus short form ("ns/nad@name, nad2")
+// or as a JSON list of networks (see Parse).
+const Annotation = "kvnet.io/networks"
+
+// AnnotationPath is the field path of Annotation, where its errors point.
+var AnnotationPath = field.NewPath("metadata", "annotations").Key(Annotation)
+
+// Wanted is one network a config rule or the annotation asks for.
+type Wanted struct {
+	// Rule names the config rule, or is Annotation.
+	Rule    string
+	Network config.Network
+}
+
+// Parse reads the kvnet.io/networks annotation. It takes the Multus
 // short form users already know ("ns/nad@name, nad2": the part after @ names
 // the VMI network, the NAD name is used when it is absent) or a JSON list of
 // {"name", "nad", "binding", "defaultRoute", "persistentIPs", "ips", "mac",
 // "cniArgs", "logicalSwitch"} for the cases the short form cannot say. Errors carry the annotation's field path.
-func ParseRequested(value string, p *field.Path) ([]config.Network, field.ErrorList) {
+func Parse(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 	s := strings.TrimSpace(value)
 	if s == "" {
 		return nil, nil
