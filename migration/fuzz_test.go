@@ -41,8 +41,8 @@ func FuzzMigrationPods(f *testing.F) {
 	cfg := config.Static(mustConfig(f, bothNetworks+sidecarSection))
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		h := webhook.NewHandlers(cfg, facts(), webhook.HandlerOptions{
-			MigrationPodMutators: []chain.PodMutator{newMutator(newFake(t)), Sidecar{}},
+		h := webhook.NewHandlers(cfg, facts(), webhook.Chains{
+			MigrationPod: []chain.PodMutator{newMutator(newFake(t)), Sidecar{}},
 		})[webhook.PathMutateMigrationPods]
 		resp := h.Handle(ctx, migrationPodReview(raw))
 		if resp.Result != nil && resp.Result.Code >= 500 {

@@ -37,8 +37,8 @@ const syncPodJSON = `{"metadata":{"generateName":"virt-synchronization-controlle
 
 func sidecarHandler(t *testing.T, cfgYAML string) func(raw []byte, op admissionv1.Operation) ([]byte, int32) {
 	cfg := config.Static(mustConfig(t, cfgYAML))
-	h := webhook.NewHandlers(cfg, facts(), webhook.HandlerOptions{
-		MigrationPodMutators: []chain.PodMutator{newMutator(newFake(t)), Sidecar{}},
+	h := webhook.NewHandlers(cfg, facts(), webhook.Chains{
+		MigrationPod: []chain.PodMutator{newMutator(newFake(t)), Sidecar{}},
 	})[webhook.PathMutateMigrationPods]
 	return func(raw []byte, op admissionv1.Operation) ([]byte, int32) {
 		req := migrationPodReview(raw)

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/mutators"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 )
 
 // BenchmarkDefaultChain runs the mutator chain alone (no decoding, no
@@ -24,7 +24,7 @@ spec:
       domain: {devices: {}}
 `
 	ctx := context.Background()
-	ms := mutators.Default()
+	ms := app.Chains(app.Extensions{}).VM
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()

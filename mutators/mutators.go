@@ -1,19 +1,11 @@
 // Package mutators holds kvnet's VM/VMI mutators, one per file. Each is a
 // pure function of the object, the looked-up cluster facts and the config,
-// run by package chain in the order Default gives.
+// run by package chain in the order cmd/kvnet/app lists them (app.Chains).
 package mutators
 
 import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
-
-	"github.com/kvnet/kvnet/chain"
 )
-
-// Default is the mutator chain, in order: networks are injected before the
-// steps that specialise interfaces by the NAD they attach.
-func Default() []chain.Mutator {
-	return []chain.Mutator{NetworkInjector{}, Addresses{}, VDPA{}, KubeOVN{}}
-}
 
 // hasBinding reports whether the user (or an earlier step) chose a binding.
 func hasBinding(iface *kubevirtv1.Interface) bool {

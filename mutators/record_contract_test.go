@@ -18,6 +18,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/offline"
@@ -64,7 +65,7 @@ func TestChangesAreAlwaysRecorded(t *testing.T) {
 			if chain.SkipReason(req) != "" {
 				break
 			}
-			if err := chain.RunMutators(context.Background(), req, mutators.Default()); err != nil {
+			if err := chain.RunMutators(context.Background(), req, app.Chains(app.Extensions{}).VM); err != nil {
 				t.Fatalf("%s run %d: %v", d.Source, run, err)
 			}
 			after, _ := json.Marshal(&vm)

@@ -15,10 +15,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/test/framework"
-	"github.com/kvnet/kvnet/webhook"
 )
 
 // The offline CLI and the webhook give the same result on examples/: every
@@ -79,7 +79,7 @@ func TestExamplesOfflineEqualsWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admitter := offline.NewAdmitter(cfg, facts, webhook.HandlerOptions{})
+	admitter := offline.NewAdmitter(cfg, facts, app.Chains(app.Extensions{}))
 	vms, err := offline.ReadFiles([]string{filepath.Join(dir, "vms.yaml"), filepath.Join(dir, "invalid.yaml")}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -13,11 +13,6 @@ import (
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
-// Default is the validator chain.
-func Default() []chain.Validator {
-	return []chain.Validator{Topology{}, NADs{}, Binding{}, Plugins{}, DefaultRoute{}, VDPA{}, PersistentIPs{}, PrimaryUDN{}, Addresses{}}
-}
-
 // multusNetwork is a Multus network with its interface and resolved NAD.
 type multusNetwork struct {
 	netIndex   int

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/netattach"
@@ -306,7 +307,7 @@ spec:
     devices: {interfaces: [{name: gone, bridge: {}}, {name: vf, bridge: {}}, {name: vd, binding: {name: vdpa}}, {name: orphan, bridge: {}}]}
   networks: [{name: gone, multus: {networkName: gone}}, {name: vf, multus: {networkName: vf}}, {name: vd, multus: {networkName: vd}}, {name: nointerface, pod: {}}]`, false)
 	req.Facts = testFacts(kubeVirt(`network: {binding: {vdpa: {sidecarImage: x}}}`))
-	errs, err := chain.RunValidators(context.Background(), req, validators.Default())
+	errs, err := chain.RunValidators(context.Background(), req, app.Chains(app.Extensions{}).VMValidators)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
-	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -155,7 +155,7 @@ func (m *baselineMutator) Handle(ctx context.Context, req admission.Request) adm
 		SpecPath: field.NewPath("spec", "template", "spec"), TemplateMetaPath: field.NewPath("spec", "template", "metadata"),
 		Config: m.cfg, Facts: m.facts,
 	}
-	if err := chain.RunMutators(ctx, cr, mutators.Default()); err != nil {
+	if err := chain.RunMutators(ctx, cr, app.Chains(app.Extensions{}).VM); err != nil {
 		return admission.Errored(500, err)
 	}
 	marshalled, err := json.Marshal(&vm)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/webhook"
@@ -223,7 +224,7 @@ func FuzzLauncherPods(f *testing.F) {
 	}
 	cfg := exampleConfig(f)
 	cfg.KubeOVN.LegacyLiveMigration = true
-	h := webhook.NewHandlers(config.Static(cfg), exampleFacts(f), webhook.HandlerOptions{})[webhook.PathMutateLauncherPods]
+	h := webhook.NewHandlers(config.Static(cfg), exampleFacts(f), app.Chains(app.Extensions{}))[webhook.PathMutateLauncherPods]
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update} {

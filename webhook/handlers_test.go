@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/mutators"
@@ -83,7 +84,7 @@ func TestPanicsBecome500(t *testing.T) {
 		"mutator":   &webhook.VMMutator{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: []chain.Mutator{mutators.NetworkInjector{}, panicMutator{}}},
 		"validator": &webhook.VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.Validator{validators.Topology{}, panicValidator{}}},
 		// A nil config source panics in the handler itself, outside any step.
-		"handler": &webhook.VMMutator{Kind: chain.KindVM, Facts: facts, Mutators: mutators.Default()},
+		"handler": &webhook.VMMutator{Kind: chain.KindVM, Facts: facts, Mutators: app.Chains(app.Extensions{}).VM},
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", vm, nil))
@@ -146,7 +147,7 @@ func (failingFacts) IPAMClaim(_ context.Context, ns, name string) (*ipamv1alpha1
 }
 
 func TestLookupFailureIs500WithContext(t *testing.T) {
-	hs := webhook.NewHandlers(config.Static(exampleConfig(t)), failingFacts{}, webhook.HandlerOptions{})
+	hs := webhook.NewHandlers(config.Static(exampleConfig(t)), failingFacts{}, app.Chains(app.Extensions{}))
 	vm := toJSON(t, `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/offline"
@@ -56,7 +57,7 @@ func exampleConfig(t testing.TB) *config.Config {
 }
 
 func exampleHandlers(t testing.TB) webhook.Handlers {
-	return webhook.NewHandlers(config.Static(exampleConfig(t)), exampleFacts(t), webhook.HandlerOptions{})
+	return webhook.NewHandlers(config.Static(exampleConfig(t)), exampleFacts(t), app.Chains(app.Extensions{}))
 }
 
 // review builds the admission request the API server would send.

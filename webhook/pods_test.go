@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/webhook"
 )
@@ -214,7 +215,7 @@ func TestPodPatchRefusesDuplicateMembers(t *testing.T) {
 		}
 		return nil
 	})
-	hs := webhook.NewHandlers(cfg, exampleFacts(t), webhook.HandlerOptions{LauncherPodMutators: []chain.PodMutator{change}, MigrationPodMutators: []chain.PodMutator{change}})
+	hs := webhook.NewHandlers(cfg, exampleFacts(t), app.Chains(app.Extensions{LauncherPod: []chain.PodMutator{change}, MigrationPod: []chain.PodMutator{change}}))
 	for name, c := range map[string]struct {
 		pod string
 		// dup is the member the 400 names; "" means admitted, with a

@@ -10,8 +10,6 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
-	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/validators"
 )
 
 // Paths kvnet serves. The chart and Configurations use the same constants.
@@ -30,30 +28,31 @@ const (
 // Handlers are the admission handlers kvnet serves, by path.
 type Handlers map[string]admission.Handler
 
-// HandlerOptions carry the pod mutators the optional capabilities add.
-type HandlerOptions struct {
-	// LauncherPodMutators run on virt-launcher pods (CREATE and UPDATE).
-	LauncherPodMutators []chain.PodMutator
-	// MigrationPodMutators run on virt-handler and synchronization-controller pods.
-	MigrationPodMutators []chain.PodMutator
+// Chains are the steps behind each path, in the order they run. The webhook
+// serves what it is given; cmd/kvnet/app lists what kvnet runs (app.Chains).
+type Chains struct {
+	// VM runs on VirtualMachines and VirtualMachineInstances.
+	VM []chain.Mutator
+	// VMValidators check what VM left, on the same objects.
+	VMValidators []chain.Validator
+	// LauncherPod runs on virt-launcher pods (CREATE and UPDATE).
+	LauncherPod []chain.PodMutator
+	// MigrationPod runs on virt-handler and synchronization-controller pods.
+	MigrationPod []chain.PodMutator
 }
 
-// NewHandlers builds every handler from one config source and one set of
-// facts; the webhook server and the offline CLI both call it, so they run the
-// same code.
-func NewHandlers(cfg *config.Source, facts lookup.Facts, o HandlerOptions) Handlers {
-	h := Handlers{
-		PathMutateVM:    &VMMutator{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: mutators.Default()},
-		PathMutateVMI:   &VMMutator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Mutators: mutators.Default()},
-		PathValidateVM:  &VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: validators.Default()},
-		PathValidateVMI: &VMValidator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Validators: validators.Default()},
+// NewHandlers builds every handler from one config source, one set of facts
+// and the chains; the webhook server and the offline CLI both call it, so
+// they run the same code.
+func NewHandlers(cfg *config.Source, facts lookup.Facts, c Chains) Handlers {
+	return Handlers{
+		PathMutateVM:            &VMMutator{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: c.VM},
+		PathMutateVMI:           &VMMutator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Mutators: c.VM},
+		PathValidateVM:          &VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: c.VMValidators},
+		PathValidateVMI:         &VMValidator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Validators: c.VMValidators},
+		PathMutateLauncherPods:  &PodMutator{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: c.LauncherPod},
+		PathMutateMigrationPods: &PodMutator{Name: "migration-pods", Config: cfg, Facts: facts, Mutators: c.MigrationPod},
 	}
-	// NetworkResources last: it reads the Multus annotations as the others
-	// leave them.
-	launcher := append(append([]chain.PodMutator{mutators.KubeOVNPod{}, mutators.AddressesPod{}}, o.LauncherPodMutators...), mutators.NetworkResources{})
-	h[PathMutateLauncherPods] = &PodMutator{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: launcher}
-	h[PathMutateMigrationPods] = &PodMutator{Name: "migration-pods", Config: cfg, Facts: facts, Mutators: o.MigrationPodMutators}
-	return h
 }
 
 // Register mounts every handler on srv, each in an Edge.

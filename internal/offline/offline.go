@@ -189,10 +189,11 @@ type Admitter struct {
 	Namespace string
 }
 
-// NewAdmitter builds the same handlers the webhook serves; related are the
+// NewAdmitter builds the handlers the webhook serves, on the chains given
+// (app.Chains: the same ones); related are the
 // controllers' previews (see Admitter.Related).
-func NewAdmitter(cfg *config.Config, facts lookup.Facts, o webhook.HandlerOptions, related ...RelatedFunc) *Admitter {
-	return &Admitter{Handlers: webhook.NewHandlers(config.Static(cfg), facts, o), Related: related, Namespace: "default"}
+func NewAdmitter(cfg *config.Config, facts lookup.Facts, c webhook.Chains, related ...RelatedFunc) *Admitter {
+	return &Admitter{Handlers: webhook.NewHandlers(config.Static(cfg), facts, c), Related: related, Namespace: "default"}
 }
 
 // Admit runs one VM or VMI through mutation and then validation, as the API

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/offline"
-	"github.com/kvnet/kvnet/webhook"
 )
 
 func TestReadFiles(t *testing.T) {
@@ -59,7 +59,7 @@ func TestReadFiles(t *testing.T) {
 func TestAdmit(t *testing.T) {
 	cfg := config.Config{}.Default("")
 	facts, _ := offline.Facts(nil)
-	a := offline.NewAdmitter(&cfg, facts, webhook.HandlerOptions{})
+	a := offline.NewAdmitter(&cfg, facts, app.Chains(app.Extensions{}))
 	a.Namespace = "team"
 	ctx := context.Background()
 	if _, ok, err := a.Admit(ctx, offline.Doc{Kind: "Namespace", Raw: []byte(`{}`)}); ok || err != nil {

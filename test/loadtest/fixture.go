@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/offline"
@@ -127,13 +128,13 @@ func NewFixture() (*Fixture, error) {
 // Handlers are kvnet's handlers on the fixture, as `kvnet webhook` builds
 // them with persistent IPs on.
 func (f *Fixture) Handlers() webhook.Handlers {
-	hs := webhook.NewHandlers(config.Static(f.Config), f.Facts, webhook.HandlerOptions{
-		LauncherPodMutators: []chain.PodMutator{mutators.ClaimRefs{Cache: f.Cache}},
+	hs := webhook.NewHandlers(config.Static(f.Config), f.Facts, app.Chains(app.Extensions{
+		LauncherPod: []chain.PodMutator{mutators.ClaimRefs{Cache: f.Cache}},
 		// Config has no migration section, so the mutator returns before
 		// it would reserve an address: it needs no allocator here (see
 		// VirtHandlerPod).
-		MigrationPodMutators: []chain.PodMutator{&migration.Mutator{}},
-	})
+		MigrationPod: []chain.PodMutator{&migration.Mutator{}},
+	}))
 	// `kvnet proxy` serves the migration-status rewrite (see statusRewriter).
 	hs[webhook.PathMutateVMIMigrationStatus] = f.statusRewriter()
 	return hs

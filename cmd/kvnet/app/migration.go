@@ -13,18 +13,17 @@ import (
 
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/migration"
-	"github.com/kvnet/kvnet/webhook"
 )
 
 // migrationExtension adds the migration-address allocator to the
 // migration-pods webhook and its controller to the manager.
-func migrationExtension(ctx context.Context, mgr manager.Manager, cfg *config.Source, opts *webhook.HandlerOptions, namespace string) error {
+func migrationExtension(ctx context.Context, mgr manager.Manager, cfg *config.Source, ext *Extensions, namespace string) error {
 	c, err := migration.Setup(ctx, mgr, cfg, namespace)
 	if err != nil {
 		return fmt.Errorf("setting up migration networks: %w", err)
 	}
 	// Addresses first: a pod refused for its address gets no sidecar either.
-	opts.MigrationPodMutators = append(opts.MigrationPodMutators, c.Mutator, migration.Sidecar{})
+	ext.MigrationPod = append(ext.MigrationPod, c.Mutator, migration.Sidecar{})
 	return nil
 }
 

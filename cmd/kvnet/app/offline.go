@@ -8,9 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvnet/kvnet/internal/config"
-	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/offline"
-	"github.com/kvnet/kvnet/webhook"
 )
 
 type offlineFlags struct {
@@ -58,7 +56,7 @@ func (f *offlineFlags) run(c *cobra.Command, emit func(offline.Result) error) er
 		d := cfg.Default("")
 		cfg = &d
 	}
-	a := offline.NewAdmitter(cfg, facts, offlineHandlerOptions(cfg, facts), persistentIPsPreview(cfg, facts))
+	a := offline.NewAdmitter(cfg, facts, Chains(Extensions{}), persistentIPsPreview(cfg, facts))
 	a.Namespace = f.namespace
 	for _, d := range docs {
 		res, ok, err := a.Admit(c.Context(), d)
@@ -74,9 +72,6 @@ func (f *offlineFlags) run(c *cobra.Command, emit func(offline.Result) error) er
 	}
 	return nil
 }
-
-// offlineHandlerOptions lets capabilities add their pod mutators offline.
-var offlineHandlerOptions = func(*config.Config, lookup.Facts) webhook.HandlerOptions { return webhook.HandlerOptions{} }
 
 func mutateCommand() *cobra.Command {
 	return offlineCommand(&cobra.Command{

@@ -15,7 +15,6 @@ import (
 	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/persistentips"
-	"github.com/kvnet/kvnet/webhook"
 )
 
 // persistentIPsPreview lets kvnet mutate print the claims next to the VM
@@ -36,7 +35,7 @@ func persistentIPsPreview(cfg *config.Config, facts lookup.Facts) offline.Relate
 // launcher-pod references (turning persistent IPs on then needs the CRD and
 // a restart). Without it and with persistent IPs on, kvnet refuses to start
 // and says which CRD is missing.
-func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, opts *webhook.HandlerOptions) error {
+func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, ext *Extensions) error {
 	gvk := ipamv1alpha1.SchemeGroupVersion.WithKind("IPAMClaim")
 	if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); meta.IsNoMatchError(err) {
 		if cfg.Get().PersistentIPsEnabled() {
@@ -58,7 +57,7 @@ func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source,
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("persistent IPs controller: %w", err)
 	}
-	opts.LauncherPodMutators = append(opts.LauncherPodMutators,
+	ext.LauncherPod = append(ext.LauncherPod,
 		mutators.ClaimRefs{Cache: mgr.GetCache(), API: mgr.GetAPIReader()},
 		mutators.PrimaryUDN{Cache: mgr.GetCache(), API: mgr.GetAPIReader()})
 	return nil

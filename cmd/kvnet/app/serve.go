@@ -135,21 +135,21 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	}
 	// What `kvnet webhook` runs besides the VM and VMI webhooks, in order.
 	// Each capability gets only what it uses; the pod mutators it
-	// contributes go into hopts.
-	var hopts webhook.HandlerOptions
+	// contributes go into ext.
+	var ext Extensions
 	if err := SetUpCerts(ctx, mgr, o.Certs, &o); err != nil {
 		return nil, err
 	}
-	if err := migrationExtension(ctx, mgr, cfg, &hopts, o.Namespace); err != nil {
+	if err := migrationExtension(ctx, mgr, cfg, &ext, o.Namespace); err != nil {
 		return nil, err
 	}
-	if err := persistentIPs(ctx, mgr, cfg, facts, &hopts); err != nil {
+	if err := persistentIPs(ctx, mgr, cfg, facts, &ext); err != nil {
 		return nil, err
 	}
 	if err := migrationProxyExtension(ctx, mgr, o.Namespace); err != nil {
 		return nil, err
 	}
-	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, facts, hopts))
+	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, facts, Chains(ext)))
 	if o.PodWebhooksConfiguration != "" {
 		if err := mgr.Add(&webhook.Registrar{
 			Name: o.PodWebhooksConfiguration, Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
