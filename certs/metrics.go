@@ -3,7 +3,8 @@ package certs
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/internal/metrics"
 )
 
 var (
@@ -35,13 +36,14 @@ var (
 	})
 )
 
-func init() {
+// RegisterMetrics registers the certificate metrics on reg.
+func RegisterMetrics(reg prometheus.Registerer) error {
 	// Every step exists from the start at 0, so the first failure is an
 	// increase a rate() or increase() sees.
 	for _, step := range []string{"secret", "inject", "files"} {
 		reconcileErrors.WithLabelValues(step)
 	}
-	metrics.Registry.MustRegister(expiry, rotations, reconcileErrors, reloads, injections)
+	return metrics.Register(reg, expiry, rotations, reconcileErrors, reloads, injections)
 }
 
 // RotationCount reads kvnet_cert_rotations_total{reason}, for tests that

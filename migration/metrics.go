@@ -7,7 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/internal/metrics"
 
 	"github.com/kvnet/kvnet/internal/config"
 )
@@ -94,7 +95,9 @@ type gaugeSource struct {
 
 var poolGauges = &gauges{}
 
-func init() {
+// RegisterMetrics registers the migration networks' metrics on reg: the
+// allocators', the sidecar injection's and the pools' gauges.
+func RegisterMetrics(reg prometheus.Registerer) error {
 	// Exhaustion denials and releases of both pools exist from the start,
 	// so the first one is an increase that an alert's increase() sees.
 	for _, pool := range []string{PoolInCluster, PoolCrossCluster} {
@@ -104,7 +107,7 @@ func init() {
 			releases.WithLabelValues(pool, reason)
 		}
 	}
-	metrics.Registry.MustRegister(denials, releases, malformedSkips, sidecarInjected, sidecarRefused, configProblems, poolGauges)
+	return metrics.Register(reg, denials, releases, malformedSkips, sidecarInjected, sidecarRefused, configProblems, poolGauges)
 }
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {

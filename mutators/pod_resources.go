@@ -11,7 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/internal/metrics"
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/model/multus"
@@ -27,7 +28,8 @@ var resourcesAdded = prometheus.NewCounter(prometheus.CounterOpts{
 	Help: "Device-plugin resources kvnet added to virt-launcher pods' compute containers for their Multus networks (one per resource name and pod; a resource already set is not counted).",
 })
 
-func init() { metrics.Registry.MustRegister(resourcesAdded) }
+// RegisterMetrics registers the mutators' metrics on reg.
+func RegisterMetrics(reg prometheus.Registerer) error { return metrics.Register(reg, resourcesAdded) }
 
 // NetworkResources gives a virt-launcher pod the device-plugin resources of
 // its Multus networks: for each attachment (an element of

@@ -4,7 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/internal/metrics"
 )
 
 // Release reasons, the values of the released counter's reason label.
@@ -39,13 +40,14 @@ var (
 	})
 )
 
-func init() {
+// RegisterMetrics registers the persistent-IP controllers' metrics on reg.
+func RegisterMetrics(reg prometheus.Registerer) error {
 	// Both reasons exist from the start, so the first release is an
 	// increase a rate() sees.
 	claimsReleased.WithLabelValues(ReasonVMDeleted)
 	claimsReleased.WithLabelValues(ReasonVMIGone)
 	claimsReleased.WithLabelValues(ReasonNetworkChanged)
-	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts)
+	return metrics.Register(reg, claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts)
 }
 
 // leakTracker sums, over all owners, the claims that are held but unused,

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -30,8 +29,6 @@ var bindingsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
 	Name: "kvnet_proxy_bindings",
 	Help: "Migration bindings (migration ID to peer proxy) held in the bindings ConfigMap; they are removed when their receiving VMIM ends.",
 })
-
-func init() { metrics.Registry.MustRegister(bindingsHeld) }
 
 // SetupBindings completes s (c, a running cache of the bindings ConfigMap
 // alone, and the API reader and client from mgr), keeps the

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // KubeVirt's CA ConfigMaps, as virt-operator v1.9.0 names them
@@ -50,10 +49,6 @@ var (
 		Help: "Unix time of the last successful KubeVirt CA bundle exchange, by peer and direction; 0 until the first.",
 	}, []string{"peer", "direction"})
 )
-
-func init() {
-	metrics.Registry.MustRegister(caExchanges, caFailures, caLastSuccess)
-}
 
 const (
 	caSent     = "sent"

@@ -4,7 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/internal/metrics"
 )
 
 var (
@@ -53,7 +54,9 @@ var (
 	})
 )
 
-func init() {
+// RegisterMetrics registers the proxy's metrics on reg: its relays', its
+// migration bindings' and its CA exchange's.
+func RegisterMetrics(reg prometheus.Registerer) error {
 	// Both directions exist from the start, so a dashboard's rate() of
 	// the first migration starts from zero.
 	bytesRelayed.WithLabelValues("to-target")
@@ -65,8 +68,8 @@ func init() {
 			refused.WithLabelValues(side, r.String())
 		}
 	}
-	metrics.Registry.MustRegister(connections, active, bytesRelayed, migrationBytes, dialErrors, refused,
-		acceptErrors, listenerReopens, idleTimeouts, listeners)
+	return metrics.Register(reg, connections, active, bytesRelayed, migrationBytes, dialErrors, refused,
+		acceptErrors, listenerReopens, idleTimeouts, listeners, bindingsHeld, caExchanges, caFailures, caLastSuccess)
 }
 
 // streamCounters is one stream's handle on its migration's series.

@@ -12,7 +12,8 @@ import (
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/internal/metrics"
 
 	"github.com/kvnet/kvnet/internal/config"
 )
@@ -36,8 +37,9 @@ var (
 	})
 )
 
-func init() {
-	metrics.Registry.MustRegister(registrationChanges, registrationErrors)
+// RegisterMetrics registers the webhook registrar's metrics on reg.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	return metrics.Register(reg, registrationChanges, registrationErrors)
 }
 
 // Registrar keeps the pod webhooks of kvnet's MutatingWebhookConfiguration

@@ -14,7 +14,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kvnet/kvnet/internal/metrics"
 )
 
 var (
@@ -42,12 +43,13 @@ var (
 	}, []string{"sha256"})
 )
 
-func init() {
+// RegisterMetrics registers the config reload metrics on reg.
+func RegisterMetrics(reg prometheus.Registerer) error {
 	// Both results exist from the start, so the first failure is an
 	// increase a rate() or increase() can see.
 	reloads.WithLabelValues("success")
 	reloads.WithLabelValues("failure")
-	metrics.Registry.MustRegister(reloads, lastReload, lastReloadOK, generation)
+	return metrics.Register(reg, reloads, lastReload, lastReloadOK, generation)
 }
 
 // Generation is the label kvnet_config_generation carries for a config

@@ -1,13 +1,15 @@
-// Package metrics defines kvnet's Prometheus metrics. They are registered on
-// controller-runtime's registry, so the manager serves them on its metrics port.
+// Package metrics defines kvnet's admission metrics, and Register, through
+// which every package's RegisterMetrics puts its collectors on the registry
+// cmd/kvnet/app gives it (controller-runtime's, which the manager serves on
+// its metrics port).
 package metrics
 
 import (
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 var (
@@ -35,8 +37,26 @@ var (
 	}, []string{"webhook"})
 )
 
-func init() {
-	metrics.Registry.MustRegister(stepCalls, stepLatency, Requests, RequestLatency)
+// RegisterMetrics registers the admission metrics on reg.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	return Register(reg, stepCalls, stepLatency, Requests, RequestLatency)
+}
+
+// Register registers cs on reg, each package's RegisterMetrics through it.
+// A collector already registered on reg is left as it is: a process may
+// set up more than one manager (the tests start several kvnets in one
+// process), and each setup registers what it serves. Any other conflict,
+// two collectors of one name, is an error.
+func Register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	var errs []error
+	for _, c := range cs {
+		err := reg.Register(c)
+		var dup prometheus.AlreadyRegisteredError
+		if err != nil && !(errors.As(err, &dup) && dup.ExistingCollector == c) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ObserveStep records one mutator or validator call.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -48,5 +49,28 @@ func TestObserveWritesTheLabelledSeries(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(RequestLatency, "kvnet_admission_duration_seconds"); n != 1 {
 		t.Fatalf("%d request latency series, want 1", n)
+	}
+}
+
+// Registering the same collectors twice on one registry is a no-op, as
+// several managers in one process do; another collector of a name already
+// taken is an error, not a silent second series.
+func TestRegister(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := RegisterMetrics(reg); err != nil {
+		t.Fatalf("first registration: %v", err)
+	}
+	if err := RegisterMetrics(reg); err != nil {
+		t.Fatalf("second registration of the same collectors: %v", err)
+	}
+	// The same name and help, so the registry reports it as already
+	// registered; Register must not take that for its own collector.
+	other := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_admission_requests_total",
+		Help: "Admission requests by webhook and outcome (allowed, patched, denied, error, skipped).",
+	}, []string{"webhook", "outcome"})
+	var dup prometheus.AlreadyRegisteredError
+	if err := Register(reg, other); !errors.As(err, &dup) {
+		t.Fatalf("another collector named kvnet_admission_requests_total: err = %v, want AlreadyRegisteredError", err)
 	}
 }

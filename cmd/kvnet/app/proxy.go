@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/proxy"
@@ -111,6 +112,9 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 	// A process runs one proxy manager, but tests build one per run
 	// (go test -count=N): the controller-name check is global.
 	mo.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
+	if err := RegisterMetrics(ctrlmetrics.Registry); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	mgr, err := ctrl.NewManager(restCfg, mo)
 	if err != nil {
 		return nil, fmt.Errorf("creating the proxy manager: %w", err)

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kvnet/kvnet/internal/config"
@@ -118,6 +119,9 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	mo.Cache = cacheOptions()
 	mo.Client = client.Options{Cache: &client.CacheOptions{Unstructured: false}}
 	mo.Controller = ctrlconfig.Controller{SkipNameValidation: &o.SeveralManagers}
+	if err := RegisterMetrics(ctrlmetrics.Registry); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	mgr, err := ctrl.NewManager(restCfg, mo)
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
