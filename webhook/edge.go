@@ -110,7 +110,9 @@ type objectField struct {
 // decode.
 func (o *objectField) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	start := valueStart(o.body, dec.InputOffset())
-	if o.view != nil && dec.PeekKind() == '{' {
+	// apijson.Fast looked at the review's type, which stops here: the
+	// view's own type is this decode's to check.
+	if o.view != nil && dec.PeekKind() == '{' && apijson.DecodesAlike(o.view) {
 		if err := jsonv2.UnmarshalDecode(dec, o.view); err != nil {
 			return err
 		}

@@ -60,10 +60,19 @@ func UnmarshalStrict(raw []byte, v any) (strict []error, err error) {
 
 // Fast reports whether the v2 decode is tried for raw into v: raw must be
 // a JSON object (a top-level null leaves v1's target as it was and resets
-// v2's), and v's type must hold no interface value (the API server's
-// decoder reads an integer in an any as an int64, v2 as a float64).
+// v2's), and v must decode alike in both (DecodesAlike).
 func Fast(raw []byte, v any) bool {
-	return IsObject(raw) && !holdsInterface(reflect.TypeOf(v))
+	return IsObject(raw) && DecodesAlike(v)
+}
+
+// DecodesAlike reports whether v2 and the API server's decoder fill a
+// value of v's type alike: it holds no interface value (the API server's
+// decoder reads an integer in an any as an int64, v2 as a float64). The
+// check stops at a type that decodes itself; such a type that decodes a
+// value of its own with v2 must ask this of that value (webhook's review
+// objects do, for the views they decode).
+func DecodesAlike(v any) bool {
+	return !holdsInterface(reflect.TypeOf(v))
 }
 
 // IsObject reports whether raw starts as a JSON object.
