@@ -2,67 +2,79 @@ package chain
 
 import kubevirtv1 "kubevirt.io/api/core/v1"
 
-// Region is a part of a VM or VMI that mutators may write. The webhook
+// Region is one part of a VM or VMI that mutators may write: Field points
+// at it in the request's typed object, Pointer locates it in the admitted
+// JSON.
+type Region[T any] struct {
+	Pointer string
+	Field   *T
+}
+
+// Regions are the parts of a VM or VMI that mutators may write. The webhook
 // copies each before the chain and builds the patch from what changed in
 // them: a mutator that writes anywhere else has its change dropped, which
 // the contract test in package mutators (TestChangesAreAlwaysRecorded)
-// guards against.
-type Region struct {
-	// Pointer locates the region in the admitted object.
-	Pointer string
-	// Field points at the region's field in the request's object: a
-	// *map[string]string, *[]kubevirtv1.Network, *[]kubevirtv1.Interface,
-	// **bool or **kubevirtv1.Memory. (A pointer, not a closure, so listing
-	// the regions costs one allocation per request.)
-	Field any
+// guards against. Each has its own type, so the webhook copies and diffs
+// each with code for that type, and a new region does not compile until it
+// has that code.
+type Regions struct {
+	// Maps are the object's annotations and labels, then, on a VM, its
+	// template's (a VMI's template metadata is its own).
+	Maps       []Region[map[string]string]
+	Networks   Region[[]kubevirtv1.Network]
+	Interfaces Region[[]kubevirtv1.Interface]
+	Multiqueue Region[*bool]
+	Memory     Region[*kubevirtv1.Memory]
 }
 
-// Value returns the region's current value.
-func (r Region) Value() any {
-	switch f := r.Field.(type) {
-	case *map[string]string:
-		return *f
-	case *[]kubevirtv1.Network:
-		return *f
-	case *[]kubevirtv1.Interface:
-		return *f
-	case **bool:
-		return *f
-	case **kubevirtv1.Memory:
-		return *f
+// regionPointers are the regions' pointers in a VM and in a VMI (built
+// once: they are the same for every request).
+var regionPointers = map[string]pointers{
+	KindVM:  pointersOf("/spec/template/spec", "/spec/template/metadata"),
+	KindVMI: pointersOf("/spec", "/metadata"),
+}
+
+type pointers struct {
+	maps                                     [4]string
+	networks, interfaces, multiqueue, memory string
+}
+
+func pointersOf(spec, tmpl string) pointers {
+	return pointers{
+		maps:       [4]string{"/metadata/annotations", "/metadata/labels", tmpl + "/annotations", tmpl + "/labels"},
+		networks:   spec + "/networks",
+		interfaces: spec + "/domain/devices/interfaces",
+		multiqueue: spec + "/domain/devices/networkInterfaceMultiqueue",
+		memory:     spec + "/domain/memory",
 	}
-	return nil
-}
-
-// regionPointers are the regions' pointers in a VM and in a VMI, in the
-// order Regions lists them (built once: they are the same for every request).
-var regionPointers = map[string][8]string{
-	KindVM:  pointers("/spec/template/spec", "/spec/template/metadata"),
-	KindVMI: pointers("/spec", "/metadata"),
-}
-
-func pointers(spec, tmpl string) [8]string {
-	return [8]string{"/metadata/annotations", "/metadata/labels", spec + "/networks", spec + "/domain/devices/interfaces",
-		spec + "/domain/devices/networkInterfaceMultiqueue", spec + "/domain/memory", tmpl + "/annotations", tmpl + "/labels"}
 }
 
 // Regions lists what the VM/VMI mutators may change: the object's and the
 // template's annotations and labels, the networks and interfaces, and the
 // two domain fields vDPA needs.
-func (r *Request) Regions() []Region {
+func (r *Request) Regions() Regions {
 	p := regionPointers[r.Kind]
 	d := &r.Spec.Domain
-	regions := make([]Region, 0, 8)
-	regions = append(regions,
-		Region{p[0], &r.Meta.Annotations},
-		Region{p[1], &r.Meta.Labels},
-		Region{p[2], &r.Spec.Networks},
-		Region{p[3], &d.Devices.Interfaces},
-		Region{p[4], &d.Devices.NetworkInterfaceMultiQueue},
-		Region{p[5], &d.Memory},
-	)
+	maps := make([]Region[map[string]string], 2, 4)
+	maps[0] = Region[map[string]string]{p.maps[0], &r.Meta.Annotations}
+	maps[1] = Region[map[string]string]{p.maps[1], &r.Meta.Labels}
 	if r.TemplateMeta != r.Meta {
-		regions = append(regions, Region{p[6], &r.TemplateMeta.Annotations}, Region{p[7], &r.TemplateMeta.Labels})
+		maps = append(maps, Region[map[string]string]{p.maps[2], &r.TemplateMeta.Annotations}, Region[map[string]string]{p.maps[3], &r.TemplateMeta.Labels})
 	}
-	return regions
+	return Regions{
+		Maps:       maps,
+		Networks:   Region[[]kubevirtv1.Network]{p.networks, &r.Spec.Networks},
+		Interfaces: Region[[]kubevirtv1.Interface]{p.interfaces, &d.Devices.Interfaces},
+		Multiqueue: Region[*bool]{p.multiqueue, &d.Devices.NetworkInterfaceMultiQueue},
+		Memory:     Region[*kubevirtv1.Memory]{p.memory, &d.Memory},
+	}
+}
+
+// Pointers lists every region's pointer.
+func (rs Regions) Pointers() []string {
+	out := make([]string, 0, len(rs.Maps)+4)
+	for _, m := range rs.Maps {
+		out = append(out, m.Pointer)
+	}
+	return append(out, rs.Networks.Pointer, rs.Interfaces.Pointer, rs.Multiqueue.Pointer, rs.Memory.Pointer)
 }

@@ -89,7 +89,7 @@ func TestChangesAreAlwaysRecorded(t *testing.T) {
 // onlyRegionsChanged reports a difference between before and after that lies
 // outside every region: before with each region's value taken from after
 // must equal after.
-func onlyRegionsChanged(before, after []byte, regions []chain.Region) error {
+func onlyRegionsChanged(before, after []byte, regions chain.Regions) error {
 	var b, a map[string]any
 	if err := json.Unmarshal(before, &b); err != nil {
 		return err
@@ -97,8 +97,8 @@ func onlyRegionsChanged(before, after []byte, regions []chain.Region) error {
 	if err := json.Unmarshal(after, &a); err != nil {
 		return err
 	}
-	for _, r := range regions {
-		segs := strings.Split(strings.TrimPrefix(r.Pointer, "/"), "/")
+	for _, p := range regions.Pointers() {
+		segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
 		v, ok := lookupPath(a, segs)
 		setPath(b, segs, v, ok)
 	}

@@ -45,10 +45,7 @@ func (h *VMMutator) mutate(ctx context.Context, req admission.Request, view any)
 		return *early
 	}
 	regions := cr.Regions()
-	before, err := snapshot(regions)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("%s: %w", h.Kind, err))
-	}
+	before := snapshot(regions)
 	if err := chain.RunMutators(ctx, cr, h.Mutators); err != nil {
 		return errorResponse(ctx, err, cr.Warnings)
 	}

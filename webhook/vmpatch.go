@@ -5,47 +5,43 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 
 	"gomodules.xyz/jsonpatch/v2"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/patch"
 )
 
+// regionValues are the regions' values before the chain ran, in Regions' order.
+type regionValues struct {
+	maps       []map[string]string
+	networks   []kubevirtv1.Network
+	interfaces []kubevirtv1.Interface
+	multiqueue *bool
+	memory     *kubevirtv1.Memory
+}
+
 // snapshot copies each region's value before the chain runs: mutators
 // change the typed object in place, and the patch is what changed between
 // the copy and the object after the chain.
-func snapshot(regions []chain.Region) ([]any, error) {
-	out := make([]any, len(regions))
-	for i, r := range regions {
-		switch v := r.Value().(type) {
-		case map[string]string:
-			out[i] = maps.Clone(v)
-		case []kubevirtv1.Network:
-			out[i] = deepCopies(v, func(in, out *kubevirtv1.Network) { in.DeepCopyInto(out) })
-		case []kubevirtv1.Interface:
-			out[i] = deepCopies(v, func(in, out *kubevirtv1.Interface) { in.DeepCopyInto(out) })
-		case *bool:
-			if v != nil {
-				b := *v
-				v = &b
-			}
-			out[i] = v
-		case *kubevirtv1.Memory:
-			out[i] = v.DeepCopy()
-		default:
-			// A region of another type: its encoding is the copy, and the
-			// generic diff its patch (see regionOps).
-			b, err := json.Marshal(v)
-			if err != nil {
-				return nil, fmt.Errorf("encoding %s: %w", r.Pointer, err)
-			}
-			out[i] = b
-		}
+func snapshot(rs chain.Regions) regionValues {
+	b := regionValues{
+		maps:       make([]map[string]string, len(rs.Maps)),
+		networks:   deepCopies(*rs.Networks.Field, func(in, out *kubevirtv1.Network) { in.DeepCopyInto(out) }),
+		interfaces: deepCopies(*rs.Interfaces.Field, func(in, out *kubevirtv1.Interface) { in.DeepCopyInto(out) }),
+		memory:     (*rs.Memory.Field).DeepCopy(),
 	}
-	return out, nil
+	for i, m := range rs.Maps {
+		b.maps[i] = maps.Clone(*m.Field)
+	}
+	if mq := *rs.Multiqueue.Field; mq != nil {
+		b.multiqueue = ptr.To(*mq)
+	}
+	return b
 }
 
 func deepCopies[T any](in []T, copyInto func(in, out *T)) []T {
@@ -61,93 +57,108 @@ func deepCopies[T any](in []T, copyInto func(in, out *T)) []T {
 
 // vmPatch is the JSON patch for what the mutators changed in a VM or VMI,
 // built from the changes themselves: an add, replace or remove per
-// annotation or label key, an add per network and interface appended, an
-// add or replace of multiqueue, and each member whole (or under its first
-// missing parent) where the admitted object lacks it. A generic diff is
-// left only for a value the object already had and a mutator changed
-// inside (see regionOps), so every field kvnet's typed view does not hold
-// survives, and nothing else of the object is encoded or diffed.
-func vmPatch(raw []byte, shape *vmShape, regions []chain.Region, before []any) ([]jsonpatch.Operation, error) {
+// annotation or label key, an add per network and interface appended, a
+// remove per one taken away, an add or replace of multiqueue, and each
+// member whole (or under its first missing parent) where the admitted
+// object lacks it. A generic diff is left only for a value the object
+// already had and a mutator changed inside (see diffAt), so every field
+// kvnet's typed view does not hold survives, and nothing else of the
+// object is encoded or diffed.
+func vmPatch(raw []byte, shape *vmShape, rs chain.Regions, b regionValues) ([]jsonpatch.Operation, error) {
 	var n patch.Nested
-	for i, r := range regions {
-		if err := regionOps(&n, raw, shape, r.Pointer, before[i], r.Value()); err != nil {
+	for i, m := range rs.Maps {
+		if after := *m.Field; absent(&n, shape, m.Pointer, after, len(after) == 0) {
+			n.Ops = append(n.Ops, patch.StringMap(m.Pointer, true, b.maps[i], after)...)
+		}
+	}
+	if after := *rs.Networks.Field; absent(&n, shape, rs.Networks.Pointer, after, len(after) == 0) {
+		if err := listOps(&n, raw, rs.Networks.Pointer, b.networks, after, func(n *kubevirtv1.Network) string { return n.Name }); err != nil {
 			return nil, err
+		}
+	}
+	if after := *rs.Interfaces.Field; absent(&n, shape, rs.Interfaces.Pointer, after, len(after) == 0) {
+		if err := listOps(&n, raw, rs.Interfaces.Pointer, b.interfaces, after, func(i *kubevirtv1.Interface) string { return i.Name }); err != nil {
+			return nil, err
+		}
+	}
+	if after, p := *rs.Multiqueue.Field, rs.Multiqueue.Pointer; absent(&n, shape, p, after, after == nil) {
+		switch {
+		case after == nil:
+			n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: p})
+		case b.multiqueue == nil || *after != *b.multiqueue:
+			n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "replace", Path: p, Value: *after})
+		}
+	}
+	if after, p := *rs.Memory.Field, rs.Memory.Pointer; absent(&n, shape, p, after, after == nil) {
+		switch {
+		case reflect.DeepEqual(b.memory, after):
+		case after == nil:
+			n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: p})
+		default:
+			if err := diffAt(&n, raw, p, b.memory, after); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return n.Ops, nil
 }
 
-// regionOps adds to n the operations that turn region pointer from before
-// into after.
-func regionOps(n *patch.Nested, raw []byte, shape *vmShape, pointer string, before, after any) error {
-	if !shape.has(pointer) {
-		if !empty(after) {
-			n.Add(pointer, shape.missing(pointer), after)
-		}
-		return nil
+// absent handles a region the admitted object lacks: its value, unless
+// empty, is added whole under the first missing parent. It reports whether
+// the object has the region, for the caller to patch what changed in it.
+func absent(n *patch.Nested, shape *vmShape, pointer string, after any, empty bool) bool {
+	if shape.has(pointer) {
+		return true
 	}
-	switch b := before.(type) {
-	case map[string]string:
-		n.Ops = append(n.Ops, patch.StringMap(pointer, true, b, after.(map[string]string))...)
-		return nil
-	case []kubevirtv1.Network:
-		return listOps(n, raw, pointer, b, after.([]kubevirtv1.Network))
-	case []kubevirtv1.Interface:
-		return listOps(n, raw, pointer, b, after.([]kubevirtv1.Interface))
-	case *bool:
-		a := after.(*bool)
-		switch {
-		case a == nil:
-			n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: pointer})
-		case *a != *b:
-			n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "replace", Path: pointer, Value: *a})
-		}
-		return nil
-	case *kubevirtv1.Memory:
-		a := after.(*kubevirtv1.Memory)
-		switch {
-		case reflect.DeepEqual(b, a):
-			return nil
-		case a == nil:
-			n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: pointer})
-			return nil
-		}
-		return diffAt(n, raw, pointer, b, a)
-	case []byte:
-		a, err := json.Marshal(after)
-		if err != nil {
-			return fmt.Errorf("encoding mutated %s: %w", pointer, err)
-		}
-		ops, err := patch.ComputeAt(raw, pointer, b, a)
-		n.Ops = append(n.Ops, ops...)
-		return err
+	if !empty {
+		n.Add(pointer, shape.missing(pointer), after)
 	}
-	return fmt.Errorf("region %s has unexpected type %T", pointer, before)
+	return false
 }
 
 // listOps: the mutators append networks and interfaces, and may complete
-// one the object had (vDPA gives an interface its binding). An appended
-// element is an add at the end, with the typed value (it is kvnet's, so
-// it has no field kvnet does not know); a changed element is diffed
-// against the admitted one; a list that got shorter is diffed whole.
-func listOps[T any](n *patch.Nested, raw []byte, pointer string, before, after []T) error {
-	switch {
-	case len(after) == 0 && len(before) == 0:
+// one the object had (vDPA gives an interface its binding). Elements are
+// matched by name, which KubeVirt keeps unique in each list. A changed
+// element is diffed against the admitted one, at its admitted index; an
+// element taken away is a remove, last first, so each index is still the
+// admitted one when its remove applies; an appended element is an add at
+// the end, with the typed value (it is kvnet's, so it has no field kvnet
+// does not know). Diffing a shortened list whole would instead move the
+// fields kvnet's types do not hold from one element to the next. A list
+// whose kept elements changed order is refused: kvnet never reorders, and
+// a JSON patch that did would need moves no mutator asks for.
+func listOps[T any](n *patch.Nested, raw []byte, pointer string, before, after []T, name func(*T) string) error {
+	if len(after) == 0 {
+		if len(before) > 0 {
+			n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: pointer})
+		}
 		return nil
-	case len(after) == 0:
-		n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: pointer})
-		return nil
-	case len(after) < len(before):
-		return diffAt(n, raw, pointer, before, after)
 	}
+	var removed []int
+	kept := 0 // after[:kept] are before's elements, in order
 	for i := range before {
-		if !reflect.DeepEqual(before[i], after[i]) {
-			if err := diffAt(n, raw, pointer+"/"+strconv.Itoa(i), before[i], after[i]); err != nil {
-				return err
+		if kept < len(after) && name(&after[kept]) == name(&before[i]) {
+			if !reflect.DeepEqual(before[i], after[kept]) {
+				if err := diffAt(n, raw, pointer+"/"+strconv.Itoa(i), before[i], after[kept]); err != nil {
+					return err
+				}
+			}
+			kept++
+			continue
+		}
+		removed = append(removed, i)
+	}
+	for j := kept; j < len(after); j++ {
+		for i := range before {
+			if name(&after[j]) == name(&before[i]) {
+				return fmt.Errorf("%s: %q moved from index %d to %d; the mutators append, complete or remove elements, never reorder them", pointer, name(&after[j]), i, j)
 			}
 		}
 	}
-	for _, e := range after[len(before):] {
+	for _, i := range slices.Backward(removed) {
+		n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: pointer + "/" + strconv.Itoa(i)})
+	}
+	for _, e := range after[kept:] {
 		n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "add", Path: pointer + "/-", Value: e})
 	}
 	return nil
@@ -168,31 +179,4 @@ func diffAt(n *patch.Nested, raw []byte, pointer string, before, after any) erro
 	ops, err := patch.ComputeAt(raw, pointer, b, a)
 	n.Ops = append(n.Ops, ops...)
 	return err
-}
-
-// empty reports whether a region's value adds nothing: unset, or an empty
-// map or list.
-func empty(v any) bool {
-	switch v := v.(type) {
-	case nil:
-		return true
-	case map[string]string:
-		return len(v) == 0
-	case []kubevirtv1.Network:
-		return len(v) == 0
-	case []kubevirtv1.Interface:
-		return len(v) == 0
-	case *bool:
-		return v == nil
-	case *kubevirtv1.Memory:
-		return v == nil
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Map, reflect.Slice:
-		return rv.Len() == 0
-	case reflect.Pointer, reflect.Interface:
-		return rv.IsNil()
-	}
-	return false
 }

@@ -2,12 +2,17 @@ package webhook_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -62,5 +67,86 @@ func TestVMPatchRefusesDuplicateMembers(t *testing.T) {
 	resp := hs[webhook.PathMutateVM].Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "tenant-a", raw, nil))
 	if resp.Allowed || code(resp) != 400 || !strings.Contains(resp.Result.Message, `duplicate field "metadata"`) {
 		t.Fatalf("answer %+v, want a 400 naming metadata", resp.Result)
+	}
+}
+
+// dropNetwork takes one network and its interface out of the VM and
+// records it, as no mutator does today; the patch must still be right.
+type dropNetwork struct{ name string }
+
+func (dropNetwork) Name() string { return "drop" }
+
+func (d dropNetwork) Mutate(_ context.Context, req *chain.Request) error {
+	req.Spec.Networks = slices.DeleteFunc(req.Spec.Networks, func(n kubevirtv1.Network) bool { return n.Name == d.name })
+	ifaces := &req.Spec.Domain.Devices.Interfaces
+	*ifaces = slices.DeleteFunc(*ifaces, func(i kubevirtv1.Interface) bool { return i.Name == d.name })
+	req.Record("drop", "test", d.name)
+	return nil
+}
+
+// A network taken out of the middle of the lists is removed at its index:
+// the fields kvnet's types do not hold (a newer KubeVirt's, here "future")
+// stay with the elements that had them, instead of sliding onto the
+// element that moved into the removed one's place.
+func TestVMPatchRemovesFromTheMiddle(t *testing.T) {
+	vm := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"db","namespace":"tenant-a"},
+  "spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[
+    {"name":"a","bridge":{},"future":"a"},{"name":"b","bridge":{},"future":"b"},{"name":"c","bridge":{},"future":"c"}]}},
+  "networks":[{"name":"a","multus":{"networkName":"na"},"future":"a"},{"name":"b","multus":{"networkName":"nb"},"future":"b"},{"name":"c","multus":{"networkName":"nc"},"future":"c"}]}}}}`
+	h := &webhook.VMMutator{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.Mutator{dropNetwork{"b"}}}
+	resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil))
+	if !resp.Allowed {
+		t.Fatalf("refused: %v", resp.Result)
+	}
+	var got struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Domain struct {
+						Devices struct {
+							Interfaces []map[string]any `json:"interfaces"`
+						} `json:"devices"`
+					} `json:"domain"`
+					Networks []map[string]any `json:"networks"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(applyResponse(t, []byte(vm), resp), &got); err != nil {
+		t.Fatal(err)
+	}
+	s := got.Spec.Template.Spec
+	for what, list := range map[string][]map[string]any{"networks": s.Networks, "interfaces": s.Domain.Devices.Interfaces} {
+		var names []string
+		for _, e := range list {
+			names = append(names, fmt.Sprintf("%v/%v", e["name"], e["future"]))
+		}
+		if strings.Join(names, ",") != "a/a,c/c" {
+			t.Errorf("%s after removing b: %v, want [a/a c/c]; patch %+v", what, names, resp.Patches)
+		}
+	}
+}
+
+// reorder swaps the first two networks, which no mutator may do.
+type reorder struct{}
+
+func (reorder) Name() string { return "reorder" }
+
+func (reorder) Mutate(_ context.Context, req *chain.Request) error {
+	n := req.Spec.Networks
+	n[0], n[1] = n[1], n[0]
+	req.Record("reorder", "test", n[0].Name)
+	return nil
+}
+
+// A mutator that reorders a list is kvnet's bug: a 500 naming the list,
+// not a patch that would mix up the elements' fields.
+func TestVMPatchRefusesReordering(t *testing.T) {
+	vm := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"db","namespace":"tenant-a"},
+  "spec":{"template":{"spec":{"domain":{"devices":{}},"networks":[{"name":"a","pod":{}},{"name":"b","multus":{"networkName":"nb"}}]}}}}`
+	h := &webhook.VMMutator{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.Mutator{reorder{}}}
+	resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil))
+	if resp.Allowed || code(resp) != 500 || !strings.Contains(resp.Result.Message, "/spec/template/spec/networks") {
+		t.Fatalf("allowed=%v code=%d %v; want a 500 naming the networks", resp.Allowed, code(resp), resp.Result)
 	}
 }
