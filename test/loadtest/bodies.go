@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -14,7 +15,9 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/requested"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -216,10 +219,21 @@ func checkClaimRefs(patched []byte) error {
 	return nil
 }
 
-// checkNetworks: the VM or VMI has four Multus networks, each with an interface.
+// wantSources are the networks the VM and VMI bodies gain, by what asks
+// for them: two config rules and the annotation, two networks each way.
+var wantSources = map[string][]string{
+	"storage":             {"storage"},
+	"databases-fast-path": {"fast"},
+	requested.Annotation:  {"ovn", "dp"},
+}
+
+// checkNetworks: the VM or VMI has four Multus networks, each with an
+// interface, and its kvnet.io/mutations says two came from the rules and
+// two from the annotation.
 func checkNetworks(kind string) func([]byte) error {
 	return func(patched []byte) error {
 		var spec kubevirtv1.VirtualMachineInstanceSpec
+		var meta metav1.ObjectMeta
 		if kind == "VirtualMachine" {
 			var vm kubevirtv1.VirtualMachine
 			if err := json.Unmarshal(patched, &vm); err != nil {
@@ -228,13 +242,27 @@ func checkNetworks(kind string) func([]byte) error {
 			if vm.Spec.Template == nil {
 				return fmt.Errorf("no template")
 			}
-			spec = vm.Spec.Template.Spec
+			spec, meta = vm.Spec.Template.Spec, vm.ObjectMeta
 		} else {
 			var vmi kubevirtv1.VirtualMachineInstance
 			if err := json.Unmarshal(patched, &vmi); err != nil {
 				return err
 			}
-			spec = vmi.Spec
+			spec, meta = vmi.Spec, vmi.ObjectMeta
+		}
+		var changes []chain.Change
+		if err := json.Unmarshal([]byte(meta.Annotations[chain.MutationsAnnotation]), &changes); err != nil {
+			return fmt.Errorf("%s: %w", chain.MutationsAnnotation, err)
+		}
+		got := map[string][]string{}
+		for _, c := range changes {
+			// Without a rule: the pod network, kept beside the Multus ones.
+			if c.Mutator == "networks" && c.Rule != "" {
+				got[c.Rule] = c.Networks
+			}
+		}
+		if !reflect.DeepEqual(got, wantSources) {
+			return fmt.Errorf("networks added by %v, want %v", got, wantSources)
 		}
 		multusNets := 0
 		for _, n := range spec.Networks {
