@@ -15,7 +15,6 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-logr/logr"
-	segjson "github.com/segmentio/encoding/json"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/klog/v2"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -364,7 +363,7 @@ func encodePatch(resp *admission.Response) error {
 		}
 		ops[i] = patchOp{Op: op.Operation, Path: op.Path, Value: op.Value}
 	}
-	b, err := marshal(ops)
+	b, err := json.Marshal(ops)
 	if err != nil {
 		return err
 	}
@@ -372,13 +371,6 @@ func encodePatch(resp *admission.Response) error {
 	resp.Patch, resp.PatchType, resp.Patches = b, &pt, nil
 	return nil
 }
-
-// marshal encodes answers and their patches. segmentio/encoding's encoder
-// writes the bytes encoding/json does (FuzzMarshalAgrees holds it to that)
-// in about half the time on kvnet's answers, whose patches carry KubeVirt's
-// networks and interfaces. encoding/json/v2 with v1's semantics, which
-// KubeVirt's types are written for, was slower than encoding/json.
-func marshal(v any) ([]byte, error) { return segjson.Marshal(v) }
 
 // write encodes the answer as an AdmissionReview of the request's version
 // (v1 when the request named none).
@@ -388,7 +380,7 @@ func (e *Edge) write(w http.ResponseWriter, apiVersion string, resp admission.Re
 	}
 	out := admissionv1.AdmissionReview{Response: &resp.AdmissionResponse}
 	out.APIVersion, out.Kind = apiVersion, "AdmissionReview"
-	b, err := marshal(out)
+	b, err := json.Marshal(out)
 	if err != nil {
 		e.Log.Error(err, "unable to encode the response")
 		failed := admission.Errored(http.StatusInternalServerError, err)
