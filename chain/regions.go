@@ -15,8 +15,9 @@ type Region[T any] struct {
 // them: a mutator that writes anywhere else has its change dropped, which
 // the contract test in package mutators (TestChangesAreAlwaysRecorded)
 // guards against. Each has its own type, so the webhook copies and diffs
-// each with code for that type, and a new region does not compile until it
-// has that code.
+// each with code for that type. A new region needs that code in
+// webhook/vmpatch.go and its pointer in Pointers: TestEveryRegionIsPatched
+// (webhook) and TestPointersNameEveryRegion fail until both are there.
 type Regions struct {
 	// Maps are the object's annotations and labels, then, on a VM, its
 	// template's (a VMI's template metadata is its own).

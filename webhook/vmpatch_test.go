@@ -1,14 +1,18 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/chain"
@@ -148,5 +152,65 @@ func TestVMPatchRefusesReordering(t *testing.T) {
 	resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil))
 	if resp.Allowed || code(resp) != 500 || !strings.Contains(resp.Result.Message, "/spec/template/spec/networks") {
 		t.Fatalf("allowed=%v code=%d %v; want a 500 naming the networks", resp.Allowed, code(resp), resp.Result)
+	}
+}
+
+// touchAll changes every region once: a key in each map, a network and
+// an interface appended, multiqueue on, memory set.
+type touchAll struct{ pointers *[]string }
+
+func (touchAll) Name() string { return "touch" }
+
+func (m touchAll) Mutate(_ context.Context, req *chain.Request) error {
+	rs := req.Regions()
+	for _, r := range rs.Maps {
+		if *r.Field == nil {
+			*r.Field = map[string]string{}
+		}
+		(*r.Field)["example.com/touched"] = "yes"
+	}
+	*rs.Networks.Field = append(*rs.Networks.Field, kubevirtv1.Network{Name: "t", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "t"}}})
+	*rs.Interfaces.Field = append(*rs.Interfaces.Field, kubevirtv1.Interface{Name: "t", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}})
+	*rs.Multiqueue.Field = ptr.To(true)
+	*rs.Memory.Field = &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("1Gi"))}
+	*m.pointers = rs.Pointers()
+	req.Record("touch", "test", "t")
+	return nil
+}
+
+// Every region a mutator may write reaches the patch, on a VM that has
+// each member and on one that has none. A region added to chain.Regions
+// fails here until touchAll changes it and vmPatch patches it.
+func TestEveryRegionIsPatched(t *testing.T) {
+	var fields []string
+	for f := range reflect.TypeFor[chain.Regions]().Fields() {
+		fields = append(fields, f.Name)
+	}
+	if want := []string{"Maps", "Networks", "Interfaces", "Multiqueue", "Memory"}; !slices.Equal(fields, want) {
+		t.Fatalf("chain.Regions has %v; this test and webhook/vmpatch.go handle %v", fields, want)
+	}
+	full := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"db","namespace":"tenant-a","annotations":{"a":"b"},"labels":{"a":"b"}},
+  "spec":{"template":{"metadata":{"annotations":{"a":"b"},"labels":{"a":"b"}},"spec":{"domain":{"memory":{"guest":"2Gi"},"devices":{"networkInterfaceMultiqueue":false,"interfaces":[{"name":"default","masquerade":{}}]}},"networks":[{"name":"default","pod":{}}]}}}}`
+	bare := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"db","namespace":"tenant-a"},"spec":{}}`
+	for name, vm := range map[string]string{"every member": full, "no member": bare} {
+		var pointers []string
+		h := &webhook.VMMutator{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.Mutator{touchAll{&pointers}}}
+		resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil))
+		if !resp.Allowed {
+			t.Fatalf("%s: refused: %v", name, resp.Result)
+		}
+		patched := applyResponse(t, []byte(vm), resp)
+		for _, p := range pointers {
+			reached := false
+			for _, op := range resp.Patches {
+				reached = reached || strings.HasPrefix(op.Path, p) || strings.HasPrefix(p, op.Path) && op.Operation == "add"
+			}
+			if !reached {
+				t.Errorf("%s: no operation reaches %s; patch %+v", name, p, resp.Patches)
+			}
+		}
+		if !bytes.Contains(patched, []byte(`"networkInterfaceMultiqueue":true`)) || !bytes.Contains(patched, []byte(`"guest":"1Gi"`)) {
+			t.Errorf("%s: patched VM lacks multiqueue or memory: %s", name, patched)
+		}
 	}
 }
