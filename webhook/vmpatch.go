@@ -71,15 +71,11 @@ func vmPatch(raw []byte, shape *vmShape, rs chain.Regions, b regionValues) ([]js
 			n.Ops = append(n.Ops, patch.StringMap(m.Pointer, true, b.maps[i], after)...)
 		}
 	}
-	if after := *rs.Networks.Field; absent(&n, shape, rs.Networks.Pointer, after, len(after) == 0) {
-		if err := listOps(&n, raw, rs.Networks.Pointer, b.networks, after, func(n *kubevirtv1.Network) string { return n.Name }); err != nil {
-			return nil, err
-		}
+	if err := listRegion(&n, raw, shape, rs.Networks, b.networks, func(e *kubevirtv1.Network) string { return e.Name }); err != nil {
+		return nil, err
 	}
-	if after := *rs.Interfaces.Field; absent(&n, shape, rs.Interfaces.Pointer, after, len(after) == 0) {
-		if err := listOps(&n, raw, rs.Interfaces.Pointer, b.interfaces, after, func(i *kubevirtv1.Interface) string { return i.Name }); err != nil {
-			return nil, err
-		}
+	if err := listRegion(&n, raw, shape, rs.Interfaces, b.interfaces, func(e *kubevirtv1.Interface) string { return e.Name }); err != nil {
+		return nil, err
 	}
 	if after, p := *rs.Multiqueue.Field, rs.Multiqueue.Pointer; absent(&n, shape, p, after, after == nil) {
 		switch {
@@ -114,6 +110,16 @@ func absent(n *patch.Nested, shape *vmShape, pointer string, after any, empty bo
 		n.Add(pointer, shape.missing(pointer), after)
 	}
 	return false
+}
+
+// listRegion adds the operations for list region r: the list whole where
+// the object lacks it, else listOps.
+func listRegion[T any](n *patch.Nested, raw []byte, shape *vmShape, r chain.Region[[]T], before []T, name func(*T) string) error {
+	after := *r.Field
+	if !absent(n, shape, r.Pointer, after, len(after) == 0) {
+		return nil
+	}
+	return listOps(n, raw, r.Pointer, before, after, name)
 }
 
 // listOps: the mutators append networks and interfaces, and may complete
