@@ -18,6 +18,13 @@ var (
 		Name: "kvnet_migration_denials_total",
 		Help: "Migration pods denied, by pool and reason (exhausted, nad-missing, bad-annotation).",
 	}, []string{"pool", "reason"})
+	// notHolders counts pods that carry KubeVirt's migration labels but
+	// not a holder's namespace and ServiceAccount: a tenant's look-alike,
+	// or a holder list that misses a real component.
+	notHolders = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_migration_not_holder_pods_total",
+		Help: "Pods with KubeVirt's migration labels left without migration addresses or sidecar because their namespace or ServiceAccount is not a configured holder's, by reason (namespace, service-account, no-kubevirt-namespace).",
+	}, []string{"reason"})
 	releases = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvnet_migration_releases_total",
 		Help: "Allocations released by the controller, by pool and reason (pod-gone, reservation-expired, node-gone, surplus, outside-pool).",
@@ -107,7 +114,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 			releases.WithLabelValues(pool, reason)
 		}
 	}
-	return metrics.Register(reg, denials, releases, malformedSkips, sidecarInjected, sidecarRefused, configProblems, poolGauges)
+	return metrics.Register(reg, denials, notHolders, releases, malformedSkips, sidecarInjected, sidecarRefused, configProblems, poolGauges)
 }
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -78,7 +79,7 @@ func facts() lookup.Facts {
 	return lookup.NewSnapshot([]nadv1.NetworkAttachmentDefinition{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "migration"}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "cross"}},
-	}, nil, nil)
+	}, nil, &kubevirtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"}})
 }
 
 func newMutator(c client.Client) *Mutator {
@@ -92,7 +93,7 @@ func handlerPod(node, networks string) *corev1.Pod {
 		Namespace: "kubevirt", GenerateName: "virt-handler-",
 		Labels:      map[string]string{"kubevirt.io": "virt-handler"},
 		Annotations: map[string]string{multus.NetworksAnnotation: networks},
-	}}
+	}, Spec: corev1.PodSpec{ServiceAccountName: config.DefaultHandlerServiceAccount}}
 	if node != "" {
 		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}},
@@ -104,6 +105,7 @@ func handlerPod(node, networks string) *corev1.Pod {
 func syncPod() *corev1.Pod {
 	p := handlerPod("", "migration@migration0")
 	p.Labels = map[string]string{"kubevirt.io": "virt-synchronization-controller"}
+	p.Spec.ServiceAccountName = config.DefaultSyncServiceAccount
 	return p
 }
 

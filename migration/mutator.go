@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/record"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -35,33 +36,102 @@ type Network struct {
 	NADField string
 }
 
-// Networks returns the migration networks a pod with these labels gets: a
-// cross-cluster holder gets the cross-cluster network (and the in-cluster
-// one with alsoInCluster or when it gets the proxy sidecar), any other
-// selected pod the in-cluster network.
-func Networks(m *config.Migration, podLabels map[string]string) ([]Network, error) {
-	var out []Network
+// Pod is what decides which migration networks a pod gets: the labels it
+// claims a role by, and the namespace and ServiceAccount that say who
+// created it.
+type Pod struct {
+	Namespace      string
+	ServiceAccount string
+	Labels         map[string]string
+}
+
+// PodOf is the identity of a pod under admission in namespace ns (the
+// request's: a pod being created may not carry it yet).
+func PodOf(pod *corev1.Pod, ns string) Pod {
+	return Pod{Namespace: ns, ServiceAccount: pod.Spec.ServiceAccountName, Labels: pod.Labels}
+}
+
+// Networks returns the migration networks a pod gets: a cross-cluster
+// holder gets the cross-cluster network (and the in-cluster one with
+// alsoInCluster or when it gets the proxy sidecar), a virt-handler the
+// in-cluster network. A pod's labels only say what it claims to be: it
+// gets a network only when its namespace and ServiceAccount are a holder's
+// as well (kubevirtNS is KubeVirt's namespace). A pod that claims a role
+// it does not hold gets nothing, and notHolder names the check it failed.
+func Networks(m *config.Migration, pod Pod, kubevirtNS string) (nets []Network, notHolder string, err error) {
 	addIC := false
-	if cc := m.CrossCluster; cc != nil && cc.Selects(podLabels) {
+	if cc := m.CrossCluster; cc != nil && cc.Selects(pod.Labels) {
+		if ok, why := cc.Admits(pod.Namespace, pod.ServiceAccount, kubevirtNS); !ok {
+			return nil, why, nil
+		}
 		n, err := crossClusterNetwork(m)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		out = append(out, n)
+		nets = append(nets, n)
 		// A pod with the proxy sidecar needs migration0 too: its relays
 		// listen there for the source virt-handlers.
-		addIC = cc.AlsoInCluster || m.Sidecar(podLabels) != nil
-	} else if ic := m.InCluster; ic != nil && ic.Selects(podLabels) {
+		addIC = cc.AlsoInCluster || m.Sidecar(pod.Labels) != nil
+	} else if ic := m.InCluster; ic != nil && ic.Selects(pod.Labels) {
+		if ok, why := ic.Admits(pod.Namespace, pod.ServiceAccount, kubevirtNS); !ok {
+			return nil, why, nil
+		}
 		addIC = true
 	}
 	if addIC && m.InCluster != nil {
 		n, err := inClusterNetwork(m)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		out = append([]Network{n}, out...)
+		nets = append([]Network{n}, nets...)
 	}
-	return out, nil
+	return nets, "", nil
+}
+
+// claimsRole reports whether the pod's labels select it for any migration
+// network: only then is KubeVirt's namespace worth looking up.
+func claimsRole(m *config.Migration, labels map[string]string) bool {
+	return (m.CrossCluster != nil && m.CrossCluster.Selects(labels)) || (m.InCluster != nil && m.InCluster.Selects(labels))
+}
+
+// KubeVirtNamespace is KubeVirt's namespace: migration.namespace, else the
+// namespace of the KubeVirt CR (from the informer cache), else "" (then no
+// pod holds addresses through a holder of KubeVirt's namespace).
+func KubeVirtNamespace(ctx context.Context, m *config.Migration, facts interface {
+	KubeVirt(context.Context) (*kubevirtv1.KubeVirt, error)
+}) (string, error) {
+	if m.Namespace != "" {
+		return m.Namespace, nil
+	}
+	kv, err := facts.KubeVirt(ctx)
+	if err != nil || kv == nil {
+		return "", err
+	}
+	return kv.Namespace, nil
+}
+
+// holderNetworks is Networks for a pod under admission: it resolves
+// KubeVirt's namespace only for pods that claim a role and, with report,
+// counts and logs a look-alike it leaves untouched (the address step
+// reports; the sidecar step, which runs on the same pod, does not).
+func holderNetworks(ctx context.Context, req *chain.PodRequest, report bool) ([]Network, error) {
+	m := &req.Config.Migration
+	if !claimsRole(m, req.Pod.Labels) {
+		return nil, nil
+	}
+	kvNS, err := KubeVirtNamespace(ctx, m, req.Facts)
+	if err != nil {
+		return nil, fmt.Errorf("finding KubeVirt's namespace: %w", err)
+	}
+	id := PodOf(req.Pod, req.Namespace)
+	nets, notHolder, err := Networks(m, id, kvNS)
+	if notHolder != "" && report {
+		notHolders.WithLabelValues(notHolder).Inc()
+		logf.FromContext(ctx).Info("left a pod with KubeVirt's migration labels untouched: it is not a migration address holder",
+			"reason", notHolder, "namespace", id.Namespace, "serviceAccount", id.ServiceAccount, "kubevirtNamespace", kvNS,
+			"role", req.Pod.Labels["kubevirt.io"])
+	}
+	return nets, err
 }
 
 func inClusterNetwork(m *config.Migration) (Network, error) {
@@ -115,7 +185,7 @@ func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		return nil
 	}
 	pod := req.Pod
-	nets, err := Networks(&req.Config.Migration, pod.Labels)
+	nets, err := holderNetworks(ctx, req, true)
 	if err != nil || len(nets) == 0 {
 		return err
 	}

@@ -45,6 +45,11 @@ func (Sidecar) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	if ps == nil {
 		return nil
 	}
+	// The sidecar goes only where the cross-cluster addresses do: a pod
+	// that only looks like a synchronization controller gets neither.
+	if nets, err := holderNetworks(ctx, req, false); err != nil || len(nets) == 0 {
+		return err
+	}
 	spec := &req.Pod.Spec
 	for _, c := range spec.Containers {
 		if c.Name == ps.Container.Name {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -126,6 +127,8 @@ func TestSidecarOnlyWhereConfigured(t *testing.T) {
 		"off switch":                  {cfg: bothNetworks + "  proxySidecar: {enabled: false, container: {name: kvnet-proxy, image: x}}\n", pod: []byte(syncPodJSON), want: 1},
 		"no section":                  {cfg: bothNetworks, pod: []byte(syncPodJSON), want: 1},
 		"virt-handler never gets one": {cfg: bothNetworks + sidecarSection, pod: handler, want: 1},
+		"look-alike never gets one": {cfg: bothNetworks + sidecarSection, want: 1,
+			pod: []byte(strings.Replace(syncPodJSON, `"serviceAccountName":"kubevirt-synchronization-controller"`, `"serviceAccountName":"default"`, 1))},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, code := sidecarHandler(t, tc.cfg)(tc.pod, admissionv1.Create)
@@ -142,7 +145,7 @@ func TestSidecarOnlyWhereConfigured(t *testing.T) {
 // A pod that already has a volume of the sidecar's name is refused (403)
 // rather than given a sidecar that mounts someone else's volume.
 func TestSidecarVolumeClashRefused(t *testing.T) {
-	pod := `{"metadata":{"labels":{"kubevirt.io":"virt-synchronization-controller"}},"spec":{"containers":[{"name":"sync"}],"volumes":[{"name":"kvnet-proxy-cert","emptyDir":{}}]}}`
+	pod := `{"metadata":{"labels":{"kubevirt.io":"virt-synchronization-controller"}},"spec":{"serviceAccountName":"kubevirt-synchronization-controller","containers":[{"name":"sync"}],"volumes":[{"name":"kvnet-proxy-cert","emptyDir":{}}]}}`
 	if _, code := sidecarHandler(t, bothNetworks+sidecarSection)([]byte(pod), admissionv1.Create); code != http.StatusForbidden {
 		t.Fatalf("code %d, want 403", code)
 	}

@@ -166,8 +166,9 @@ func TestAPIServerRestartWhileAdmitting(t *testing.T) {
 	// release of a reservation the outage orphaned, instead of 2 minutes.
 	migSetConfig(t, testConfig+fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   inCluster:
-    nad: %s/migration
+    nad: %[1]s/migration
     pool: {cidr: 10.93.0.0/24}
   reservationTimeout: 5s
 `, ns))

@@ -34,8 +34,9 @@ func TestLeaderHandoverWhileCreating(t *testing.T) {
 	migSetConfig(t, testConfig+fmt.Sprintf("excludedNamespaces: [kube-system, %s]\n", ns))
 	in := newFaultInstall(t, fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   inCluster:
-    nad: %s/migration
+    nad: %[1]s/migration
     pool: {cidr: 10.95.0.0/24}
   reservationTimeout: 5s
 `, ns))

@@ -217,8 +217,9 @@ func TestReplicaKilledMidAllocation(t *testing.T) {
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	in := newFaultInstall(t, fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   inCluster:
-    nad: %s/migration
+    nad: %[1]s/migration
     pool: {cidr: 10.94.0.0/24}
   reservationTimeout: 5s
 `, ns))

@@ -18,6 +18,7 @@ func TestMigrationConfigCheckedAgainstCluster(t *testing.T) {
 	migSyncReplicaSet(t, ns, 2)
 	cfg, err := env.SetConfig(fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   inCluster:
     nad: %[1]s/missing
     pool: {cidr: 10.95.0.0/24}

@@ -31,8 +31,9 @@ func TestMigrationHandlersStickyPerNode(t *testing.T) {
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   inCluster:
-    nad: %s/migration
+    nad: %[1]s/migration
     pool:
       cidr: 10.91.0.0/24
       ranges: [10.91.0.10-10.91.0.14]
@@ -190,8 +191,9 @@ func TestMigrationHandlerSurgeOnNode(t *testing.T) {
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   inCluster:
-    nad: %s/migration
+    nad: %[1]s/migration
     pool: {cidr: 10.96.0.0/28}
 `, ns))
 	ds := migHandlerDaemonSet(t, ns)
@@ -239,8 +241,9 @@ func TestMigrationIPv6Pool(t *testing.T) {
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   inCluster:
-    nad: %s/migration
+    nad: %[1]s/migration
     pool:
       cidr: fd00:94::/120
       exclude: [fd00:94::1-fd00:94::f]

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/test/framework"
@@ -60,10 +61,16 @@ func migDeleteNode(t *testing.T, name string) {
 }
 
 func migPodTemplate(labels map[string]string, name string) corev1.PodTemplateSpec {
+	// virt-operator's ServiceAccount for each component: kvnet gives
+	// migration addresses only to pods that run as KubeVirt's.
+	sa := config.DefaultHandlerServiceAccount
+	if labels["kubevirt.io"] == "virt-synchronization-controller" {
+		sa = config.DefaultSyncServiceAccount
+	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{multus.NetworksAnnotation: migNetworksAnn}},
 		Spec: corev1.PodSpec{
-			ServiceAccountName: "kubevirt-handler",
+			ServiceAccountName: sa,
 			Containers:         []corev1.Container{{Name: name, Image: "quay.io/kubevirt/" + name + ":v1.6.0"}},
 		},
 	}

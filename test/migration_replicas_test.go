@@ -44,8 +44,9 @@ func TestMigrationTwoReplicasConcurrent(t *testing.T) {
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   inCluster:
-    nad: %s/migration
+    nad: %[1]s/migration
     pool: {cidr: 10.92.0.0/24}
 `, ns))
 	ds := migHandlerDaemonSet(t, ns)

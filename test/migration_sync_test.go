@@ -28,6 +28,7 @@ func TestMigrationSyncControllersSurgeAndExpiry(t *testing.T) {
 	env.CreateNAD(t, ns, "crosscluster", "", fmt.Sprintf(bridgeConfig, "crosscluster"))
 	migSetConfig(t, fmt.Sprintf(`
 migration:
+  namespace: %[1]s
   reservationTimeout: 5s
   inCluster:
     nad: %[1]s/migration

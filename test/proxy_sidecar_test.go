@@ -28,6 +28,7 @@ import (
 // the proxy container with its certificate Secret.
 const sidecarConfig = `
 migration:
+  namespace: %[1]s
   inCluster:
     nad: %[1]s/migration
     pool: {cidr: 10.94.0.0/24}

@@ -264,6 +264,9 @@ type podView struct {
 		NodeName     string            `json:"nodeName"`
 		Affinity     *corev1.Affinity  `json:"affinity"`
 		NodeSelector map[string]string `json:"nodeSelector"`
+		// ServiceAccountName says who made the pod: the migration steps
+		// give addresses only to KubeVirt's own accounts.
+		ServiceAccountName string `json:"serviceAccountName"`
 		// Of containers and volumes only what a sidecar injection needs
 		// to stay idempotent (names, and the mounts it copies) and the
 		// resources mutators.NetworkResources adds to.
@@ -324,6 +327,7 @@ func decodePodView(raw []byte, view any, members map[string]bool) (*corev1.Pod, 
 	present := podPresence{duplicate: dups}
 	if sp := v.Spec; sp != nil {
 		pod.Spec.NodeName, pod.Spec.Affinity, pod.Spec.NodeSelector = sp.NodeName, sp.Affinity, sp.NodeSelector
+		pod.Spec.ServiceAccountName = sp.ServiceAccountName
 		present.nodeSelector = sp.NodeSelector != nil
 		n := len(sp.Containers)
 		present.resources, present.requests, present.limits = make([]bool, n), make([]bool, n), make([]bool, n)

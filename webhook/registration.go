@@ -36,6 +36,12 @@ type Registration struct {
 	// pods, so while kvnet is down they stop every pod they select: they are
 	// registered only when a configured feature needs them (see For).
 	LauncherPods, MigrationPods bool
+	// MigrationNamespaces, when known from the config, are the only
+	// namespaces the migration-pods webhook selects: those of the address
+	// holders (KubeVirt's, and a separate proxy's). Unknown (nil: the
+	// KubeVirt CR names KubeVirt's namespace) leaves the holder check to
+	// admission alone.
+	MigrationNamespaces []string
 }
 
 // For sets the pod webhooks the config needs: launcher pods for persistent
@@ -45,6 +51,10 @@ type Registration struct {
 func (r Registration) For(c *config.Config) Registration {
 	r.LauncherPods = c.PersistentIPsEnabled() || c.KubeOVN.LegacyLiveMigration || c.InjectResources()
 	r.MigrationPods = c.Migration.Enabled()
+	r.MigrationNamespaces = nil
+	if r.MigrationPods {
+		r.MigrationNamespaces = c.Migration.HolderNamespaces()
+	}
 	return r
 }
 
@@ -124,14 +134,19 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 		})
 	}
 	if r.MigrationPods {
+		migNS := nsSel
+		if r.MigrationNamespaces != nil {
+			migNS = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: r.MigrationNamespaces,
+			}}}
+		}
 		mutating.Webhooks = append(mutating.Webhooks, admissionregv1.MutatingWebhook{
 			Name: "migration-pods.mutate.kvnet.io", ClientConfig: client(PathMutateMigrationPods),
 			Rules: rule("", "pods", create),
-			// KubeVirt's own pods live in KubeVirt's namespace, which is not excluded.
 			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 				Key: KubeVirtLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{HandlerLabelValue, SyncControllerLabelValue, MigrationProxyLabelValue},
 			}}},
-			NamespaceSelector: nsSel,
+			NamespaceSelector: migNS,
 			FailurePolicy:     &fail, SideEffects: ptr.To(admissionregv1.SideEffectClassNoneOnDryRun), TimeoutSeconds: &timeout,
 			ReinvocationPolicy: ifNeeded, AdmissionReviewVersions: []string{"v1"},
 		})

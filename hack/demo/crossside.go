@@ -48,6 +48,7 @@ type side struct {
 func sideConfig(n int) string {
 	return fmt.Sprintf(`excludedNamespaces: [kube-system, kvnet-system]
 migration:
+  namespace: kubevirt
   inCluster:
     nad: kubevirt/migration-net
     pool:
@@ -144,7 +145,9 @@ func (s *side) addressPods(ctx context.Context, say sayFunc) error {
 	proxyPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: framework.KubeVirtNamespace, GenerateName: "kvnet-migration-proxy-",
 			Labels: map[string]string{kubevirtv1.AppLabel: webhook.MigrationProxyLabelValue}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "proxy", Image: "ghcr.io/kvnet/kvnet"}}},
+		// The synchronization controller's identity, which the proxy has
+		// in sidecar mode: only KubeVirt's accounts hold migration addresses.
+		Spec: corev1.PodSpec{ServiceAccountName: framework.SyncServiceAccount, Containers: []corev1.Container{{Name: "proxy", Image: "ghcr.io/kvnet/kvnet"}}},
 	}
 	proxyPod, err = s.createAddressed(ctx, proxyPod)
 	if err != nil {

@@ -182,6 +182,11 @@ const DefaultNetworkNAD = "ovn-kubernetes/default"
 // synchronization controllers (cross-cluster live migration) on a short list.
 // Defaults and validation live in migration.go.
 type Migration struct {
+	// Namespace is KubeVirt's namespace, where its virt-handler and
+	// synchronization-controller pods run; empty means the namespace of the
+	// KubeVirt CR. Migration addresses go only to pods there (or in a
+	// holder's own namespace), so a tenant's look-alike pods take nothing.
+	Namespace    string                 `json:"namespace,omitempty"`
 	InCluster    *InClusterMigration    `json:"inCluster,omitempty"`
 	CrossCluster *CrossClusterMigration `json:"crossCluster,omitempty"`
 	// ReservationTimeout is how long an address handed out at admission waits
@@ -225,6 +230,21 @@ type InClusterMigration struct {
 	Pool Pool `json:"pool"`
 	// PodSelector picks the pods; default kubevirt.io=virt-handler.
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+	// Holders are the identities a selected pod must have as well: its
+	// namespace and ServiceAccount. Default: KubeVirt's namespace and
+	// virt-handler's ServiceAccount (kubevirt-handler).
+	Holders []Holder `json:"holders,omitempty"`
+}
+
+// Holder is an identity that may hold migration addresses: pods of one
+// ServiceAccount in one namespace. Labels say what a pod claims to be;
+// only namespace and ServiceAccount say who made it, since creating a pod
+// in KubeVirt's namespace, or as its ServiceAccount, takes rights there.
+type Holder struct {
+	// Namespace of the pods; empty means KubeVirt's (migration.namespace).
+	Namespace string `json:"namespace,omitempty"`
+	// ServiceAccount is the pods' spec.serviceAccountName.
+	ServiceAccount string `json:"serviceAccount"`
 }
 
 // CrossClusterMigration gives the few pods that talk across clusters (the
@@ -240,6 +260,12 @@ type CrossClusterMigration struct {
 	Addresses []string `json:"addresses"`
 	// PodSelector picks the holders; default kubevirt.io=virt-synchronization-controller.
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+	// Holders are the identities a selected pod must have as well. Default:
+	// KubeVirt's namespace and the synchronization controller's
+	// ServiceAccount (kubevirt-synchronization-controller). A separate
+	// kvnet proxy Deployment adds its own namespace and ServiceAccount (the
+	// chart does).
+	Holders []Holder `json:"holders,omitempty"`
 	// AlsoInCluster gives the holders an in-cluster address as well.
 	AlsoInCluster bool `json:"alsoInCluster,omitempty"`
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,11 @@ const (
 	DefaultMigrationInterface    = "migration0"
 	DefaultCrossClusterInterface = "crosscluster0"
 	DefaultReservationTimeout    = 2 * time.Minute
+
+	// KubeVirt's ServiceAccounts (virt-operator's names) for the pods that
+	// hold migration addresses.
+	DefaultHandlerServiceAccount = "kubevirt-handler"
+	DefaultSyncServiceAccount    = "kubevirt-synchronization-controller"
 )
 
 // Default selectors: the labels KubeVirt puts on its pods.
@@ -41,6 +47,9 @@ func defaultMigration(m Migration) Migration {
 		if c.PodSelector == nil {
 			c.PodSelector = DefaultInClusterSelector
 		}
+		if c.Holders == nil {
+			c.Holders = []Holder{{ServiceAccount: DefaultHandlerServiceAccount}}
+		}
 		m.InCluster = &c
 	}
 	if cc := m.CrossCluster; cc != nil {
@@ -50,6 +59,9 @@ func defaultMigration(m Migration) Migration {
 		}
 		if c.PodSelector == nil {
 			c.PodSelector = DefaultCrossClusterSelector
+		}
+		if c.Holders == nil {
+			c.Holders = []Holder{{ServiceAccount: DefaultSyncServiceAccount}}
 		}
 		m.CrossCluster = &c
 	}
@@ -103,6 +115,89 @@ func (cc *CrossClusterMigration) Selects(podLabels map[string]string) bool {
 	return selects(cc.PodSelector, DefaultCrossClusterSelector, podLabels)
 }
 
+// Admits reports whether a pod in namespace ns running as ServiceAccount sa
+// may hold in-cluster addresses; kubevirtNS is KubeVirt's namespace (see
+// Migration.Namespace). When it may not, reason says why, for metrics.
+func (ic *InClusterMigration) Admits(ns, sa, kubevirtNS string) (ok bool, reason string) {
+	return admits(ic.Holders, DefaultHandlerServiceAccount, ns, sa, kubevirtNS)
+}
+
+// Admits is InClusterMigration.Admits for the cross-cluster holders.
+func (cc *CrossClusterMigration) Admits(ns, sa, kubevirtNS string) (ok bool, reason string) {
+	return admits(cc.Holders, DefaultSyncServiceAccount, ns, sa, kubevirtNS)
+}
+
+// Reasons a pod that claims by its labels to hold migration addresses is
+// not given any.
+const (
+	NotHolderNamespace      = "namespace"
+	NotHolderServiceAccount = "service-account"
+	NoKubeVirtNamespace     = "no-kubevirt-namespace"
+)
+
+func admits(holders []Holder, defSA, ns, sa, kubevirtNS string) (bool, string) {
+	if holders == nil {
+		holders = []Holder{{ServiceAccount: defSA}}
+	}
+	reason := NotHolderNamespace
+	known := false
+	for _, h := range holders {
+		hns := h.Namespace
+		if hns == "" {
+			hns = kubevirtNS
+		}
+		if hns == "" {
+			continue
+		}
+		known = true
+		if hns != ns {
+			continue
+		}
+		if h.ServiceAccount == sa {
+			return true, ""
+		}
+		reason = NotHolderServiceAccount
+	}
+	if !known {
+		return false, NoKubeVirtNamespace
+	}
+	return false, reason
+}
+
+// HolderNamespaces lists the namespaces migration pods may live in, for
+// the migration-pods webhook's namespaceSelector; nil when one of them is
+// KubeVirt's and migration.namespace leaves it to the KubeVirt CR, which
+// only admission knows.
+func (m *Migration) HolderNamespaces() []string {
+	var out []string
+	add := func(holders []Holder, defSA string) bool {
+		if holders == nil {
+			holders = []Holder{{ServiceAccount: defSA}}
+		}
+		for _, h := range holders {
+			ns := h.Namespace
+			if ns == "" {
+				ns = m.Namespace
+			}
+			if ns == "" {
+				return false
+			}
+			if !slices.Contains(out, ns) {
+				out = append(out, ns)
+			}
+		}
+		return true
+	}
+	if ic := m.InCluster; ic != nil && !add(ic.Holders, DefaultHandlerServiceAccount) {
+		return nil
+	}
+	if cc := m.CrossCluster; cc != nil && !add(cc.Holders, DefaultSyncServiceAccount) {
+		return nil
+	}
+	slices.Sort(out)
+	return out
+}
+
 // AddressPool parses the in-cluster pool. Validate has checked it, so an
 // error here means the config bypassed Parse.
 func (ic *InClusterMigration) AddressPool() (*ippool.Pool, error) {
@@ -130,8 +225,14 @@ func selects(s, def *metav1.LabelSelector, set map[string]string) bool {
 func validateMigration(m *Migration, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	var icPool, ccPool *ippool.Pool
+	if m.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(m.Namespace) {
+			errs = append(errs, field.Invalid(p.Child("namespace"), m.Namespace, msg))
+		}
+	}
 	if ic := m.InCluster; ic != nil {
 		ip := p.Child("inCluster")
+		errs = append(errs, validateHolders(ic.Holders, ip.Child("holders"))...)
 		errs = append(errs, validateMigrationNAD(ic.NAD, ip.Child("nad"))...)
 		errs = append(errs, validateIfName(ic.Interface, ip.Child("interface"))...)
 		errs = append(errs, validateSelector(ic.PodSelector, ip.Child("podSelector"))...)
@@ -148,6 +249,7 @@ func validateMigration(m *Migration, p *field.Path) field.ErrorList {
 	}
 	if cc := m.CrossCluster; cc != nil {
 		cp := p.Child("crossCluster")
+		errs = append(errs, validateHolders(cc.Holders, cp.Child("holders"))...)
 		errs = append(errs, validateMigrationNAD(cc.NAD, cp.Child("nad"))...)
 		errs = append(errs, validateIfName(cc.Interface, cp.Child("interface"))...)
 		errs = append(errs, validateSelector(cc.PodSelector, cp.Child("podSelector"))...)
@@ -213,6 +315,31 @@ func validateProxySidecar(m *Migration, ps *ProxySidecar, p *field.Path) field.E
 	for i, vm := range ps.Container.VolumeMounts {
 		if !vols[vm.Name] {
 			errs = append(errs, field.NotFound(cp.Child("volumeMounts").Index(i).Child("name"), vm.Name))
+		}
+	}
+	return errs
+}
+
+// validateHolders checks each holder's names; an empty list (not nil)
+// would give nobody an address, which is a config mistake, not a policy.
+func validateHolders(hs []Holder, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if hs != nil && len(hs) == 0 {
+		errs = append(errs, field.Required(p, "at least one holder (namespace and serviceAccount), or leave holders out for KubeVirt's"))
+	}
+	for i, h := range hs {
+		hp := p.Index(i)
+		if h.Namespace != "" {
+			for _, msg := range validation.IsDNS1123Label(h.Namespace) {
+				errs = append(errs, field.Invalid(hp.Child("namespace"), h.Namespace, msg))
+			}
+		}
+		if h.ServiceAccount == "" {
+			errs = append(errs, field.Required(hp.Child("serviceAccount"), "the pods' spec.serviceAccountName"))
+		} else {
+			for _, msg := range validation.IsDNS1123Subdomain(h.ServiceAccount) {
+				errs = append(errs, field.Invalid(hp.Child("serviceAccount"), h.ServiceAccount, msg))
+			}
 		}
 	}
 	return errs

@@ -234,7 +234,15 @@ func TestChartWebhooksMirrorRegistration(t *testing.T) {
 				Name: fullname, ServiceNamespace: c.namespace, ServiceName: fullname, ServicePort: 443,
 				ExcludedNamespaces: append(excludedFromValues(vals), c.namespace),
 			}
-			reg = reg.For(configFromValues(t, vals))
+			// The registration follows the config the chart renders (with
+			// the migration holders it adds), not the config value alone.
+			var cm corev1.ConfigMap
+			decodeKind(t, objs, "ConfigMap", &cm)
+			rendered, err := config.Parse([]byte(cm.Data["config.yaml"]), c.namespace)
+			if err != nil {
+				t.Fatalf("rendered config: %v", err)
+			}
+			reg = reg.For(rendered)
 			if p, ok := vals["migrationProxy"].(map[string]any); ok && p["enabled"] == true {
 				reg.MigrationProxy = true
 			}
@@ -472,6 +480,10 @@ config:
 		{"apps", nil, ""},
 		{"apps", map[string]string{"app": "virt-launcher"}, ""},
 		{"apps", map[string]string{"kubevirt.io": "virt-api"}, ""},
+		// A tenant's look-alikes of KubeVirt's migration pods.
+		{"apps", map[string]string{"kubevirt.io": "virt-handler"}, ""},
+		{"apps", map[string]string{"kubevirt.io": "virt-synchronization-controller"}, ""},
+		{"apps", map[string]string{"kubevirt.io": "kvnet-migration-proxy"}, ""},
 		{"kube-system", map[string]string{"kubevirt.io": "virt-launcher"}, ""},
 		{"kube-system", map[string]string{"kubevirt.io": "virt-handler"}, ""},
 		{c.namespace, map[string]string{"kubevirt.io": "virt-launcher"}, ""},

@@ -53,6 +53,8 @@ type Env struct {
 	// KubeVirt is KubeVirt's virt-controller and virt-api, when
 	// Options.KubeVirt asked for them.
 	KubeVirt *KubeVirt
+	// Logs records what kvnet logs in this process.
+	Logs *LogRecorder
 
 	// dir holds the run's certificates and component logs.
 	dir     string
@@ -130,7 +132,8 @@ type Options struct {
 
 // Start boots the control plane and kvnet. Call Stop when done.
 func Start(o Options) (*Env, error) {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
+	logs := &LogRecorder{}
+	ctrl.SetLogger(recording(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())), logs))
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
@@ -169,7 +172,7 @@ func Start(o Options) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
-	e := &Env{Env: te, Config: cfg, dir: dir}
+	e := &Env{Env: te, Config: cfg, dir: dir, Logs: logs}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		_ = te.Stop()
 		return nil, err

@@ -155,3 +155,31 @@ volumes:
       secretName: {{ required "migrationProxy.certSecret: a Secret in migrationProxy.sidecar.namespace with the proxy's tls.crt/tls.key (server and client use)" $p.certSecret }}
 {{- end }}
 {{- end }}
+
+{{/*
+The namespaces of the migration address holders, sorted, as JSON: what
+config.Migration.HolderNamespaces returns for the config the chart renders
+(KubeVirt's namespace, and the release namespace for a separate proxy).
+*/}}
+{{- define "kvnet.migrationHolderNamespaces" -}}
+{{- $cfg := .Values.config | default dict -}}
+{{- $mig := get $cfg "migration" | default dict -}}
+{{- $kv := get $mig "namespace" | default .Values.migrationProxy.sidecar.namespace -}}
+{{- $ns := list -}}
+{{- range $k := list "inCluster" "crossCluster" -}}
+{{- $sec := get $mig $k -}}
+{{- if $sec -}}
+{{- $holders := get $sec "holders" -}}
+{{- if and (not (hasKey $sec "holders")) (eq $k "crossCluster") $.Values.migrationProxy.enabled (not (include "kvnet.proxySidecar" $)) -}}
+{{- $holders = list (dict) (dict "namespace" $.Release.Namespace) -}}
+{{- end -}}
+{{- if not $holders -}}
+{{- $holders = list (dict) -}}
+{{- end -}}
+{{- range $h := $holders -}}
+{{- $ns = append $ns (get $h "namespace" | default $kv) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson ($ns | uniq | sortAlpha) -}}
+{{- end }}
