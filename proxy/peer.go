@@ -132,6 +132,9 @@ func (d *Dialer) handshake(ctx context.Context, peer *Peer, addr string) (tc *tl
 		_ = raw.Close()
 		return nil, nil, nil, fmt.Errorf("TLS handshake with peer %s: %w", peer.Name, err)
 	}
+	if records != nil {
+		records.authenticated()
+	}
 	return tc, raw, records, nil
 }
 

@@ -140,6 +140,7 @@ const (
 	RefusedBadCABundle
 	RefusedCAExchangeOff
 	RefusedCAStore
+	RefusedTooManyHandshakes
 )
 
 var refusalNames = map[Refusal]string{
@@ -158,6 +159,7 @@ var refusalNames = map[Refusal]string{
 	RefusedBadCABundle:       "bad-ca-bundle",
 	RefusedCAExchangeOff:     "ca-exchange-off",
 	RefusedCAStore:           "ca-store-failed",
+	RefusedTooManyHandshakes: "too-many-handshakes",
 }
 
 func (r Refusal) String() string {

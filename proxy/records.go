@@ -31,6 +31,9 @@ type recordConn struct {
 	rbuf    []byte // received, not yet read by TLS: rbuf[roff:]
 	roff    int
 	recLeft int // bytes of the record TLS is reading that Read has not handed out
+	// rsize is the buffer fill reads into: handshakeRecvBuf until the
+	// handshake has succeeded (authenticated), then recvBuf.
+	rsize int
 
 	wmu     sync.Mutex
 	holding bool
@@ -41,6 +44,11 @@ const (
 	// recvBuf is the most one read(2) takes from the hop: as much as a
 	// relay step moves in tls mode.
 	recvBuf = tlsBuffer
+	// handshakeRecvBuf is what a connection holds for its received bytes
+	// before its peer is authenticated. An unauthenticated client must not
+	// cost the relay step's 256 KiB (1000 stalled handshakes held 256 MiB
+	// when it did); the handshake's messages fit a few reads of this.
+	handshakeRecvBuf = 2 << 10
 	// tlsRecordHeader is a TLS record's header: type, version, length.
 	tlsRecordHeader = 5
 )
@@ -91,11 +99,26 @@ func (c *recordConn) Read(p []byte) (int, error) {
 	}
 }
 
+// authenticated lets the buffer grow to recvBuf: call it once the TLS
+// handshake has succeeded, so only an authenticated peer gets the big
+// buffer (on the next read; what is buffered now is kept).
+func (c *recordConn) authenticated() {
+	c.rmu.Lock()
+	c.rsize = recvBuf
+	c.rmu.Unlock()
+}
+
 // fill moves what is left to the front of the buffer and reads once more
 // behind it.
 func (c *recordConn) fill() error {
-	if c.rbuf == nil {
-		c.rbuf = make([]byte, 0, recvBuf)
+	size := c.rsize
+	if size == 0 {
+		size = handshakeRecvBuf
+	}
+	if cap(c.rbuf) < size {
+		nb := make([]byte, len(c.rbuf)-c.roff, size)
+		copy(nb, c.rbuf[c.roff:])
+		c.rbuf, c.roff = nb, 0
 	}
 	k := copy(c.rbuf[:cap(c.rbuf)], c.rbuf[c.roff:])
 	n, err := c.TCPConn.Read(c.rbuf[k:cap(c.rbuf)])

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -61,7 +63,18 @@ type TargetServer struct {
 	// keeps them in this process's memory (tests only: a new leader would
 	// not know them). kvnet proxy passes a BindingStore.
 	Bindings Bindings
+	// MaxPendingHandshakes caps the connections not yet authenticated;
+	// one more is closed at once (refusal too-many-handshakes). Zero means
+	// DefaultMaxPendingHandshakes.
+	MaxPendingHandshakes int
+
+	pending atomic.Int64
 }
+
+// DefaultMaxPendingHandshakes bounds what unauthenticated clients can make
+// the hop listener hold: at a few KiB each (handshakeRecvBuf and crypto/
+// tls's state), a few MiB in all, however many connections arrive.
+const DefaultMaxPendingHandshakes = 256
 
 // Serve accepts hop connections on ln until ctx ends, with the accept
 // discipline of every kvnet listener (see serveListener).
@@ -93,13 +106,32 @@ type handshakeRefusal struct{ r Refusal }
 
 func (e *handshakeRefusal) Error() string { return "peer certificate refused: " + e.r.String() }
 
+// peerOf is the configured peer a client certificate names: its chain must
+// verify against that peer's CAs and its leaf must carry the peer's name
+// (serverName, default name: its one certificate serves and dials) as a
+// DNS or URI SAN. A CA that signs for several peers (an organisation
+// CA) or for other workloads no longer makes its every leaf that peer.
 func (s *TargetServer) peerOf(certs []*x509.Certificate) *Peer {
 	for _, p := range s.Peers {
-		if p.verifyChain(certs, x509.ExtKeyUsageClientAuth) {
+		if namesPeer(certs[0], p.serverName()) && p.verifyChain(certs, x509.ExtKeyUsageClientAuth) {
 			return p
 		}
 	}
 	return nil
+}
+
+// namesPeer reports whether the leaf carries name as a DNS SAN or as a
+// URI SAN (the whole URI, or its host).
+func namesPeer(leaf *x509.Certificate, name string) bool {
+	if slices.Contains(leaf.DNSNames, name) {
+		return true
+	}
+	for _, u := range leaf.URIs {
+		if u.String() == name || u.Host == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *TargetServer) refuse(log logr.Logger, peer string, r Refusal, err error) {
@@ -124,10 +156,21 @@ func orDefault(d, def time.Duration) time.Duration {
 func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	defer raw.Close()
 	log := s.Log.WithValues("client", raw.RemoteAddr().String())
+	limit := int64(s.MaxPendingHandshakes)
+	if limit <= 0 {
+		limit = DefaultMaxPendingHandshakes
+	}
+	if s.pending.Add(1) > limit {
+		s.pending.Add(-1)
+		s.refuse(log, "", RefusedTooManyHandshakes, nil)
+		return
+	}
 	_ = raw.SetDeadline(time.Now().Add(orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout)))
 	under, records := underTLS(raw)
 	tc := tls.Server(under, s.tlsConfig())
-	if err := tc.HandshakeContext(ctx); err != nil {
+	err := tc.HandshakeContext(ctx)
+	s.pending.Add(-1)
+	if err != nil {
 		var hr *handshakeRefusal
 		if errors.As(err, &hr) {
 			s.refuse(log, "", hr.r, nil)
@@ -135,6 +178,9 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 			s.refuse(log, "", RefusedHandshake, err)
 		}
 		return
+	}
+	if records != nil {
+		records.authenticated()
 	}
 	peer := s.peerOf(tc.ConnectionState().PeerCertificates)
 	log = log.WithValues("peer", peer.Name)

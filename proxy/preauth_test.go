@@ -1,0 +1,208 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/kvnet/kvnet/certs"
+	"github.com/kvnet/kvnet/certs/certstest"
+)
+
+// hopServer runs a TargetServer on loopback and reports its refusals.
+func hopServer(t *testing.T, ts *TargetServer) (addr string, refusals chan Refusal) {
+	t.Helper()
+	refusals = make(chan Refusal, 64)
+	ts.Log = logr.Discard()
+	ts.OnRefused = func(_ string, r Refusal) { refusals <- r }
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ts.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String(), refusals
+}
+
+func nextRefusal(t *testing.T, ch chan Refusal) Refusal {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("no refusal")
+		return 0
+	}
+}
+
+// The attack of issue 27, item 4: two peers whose certificates come from
+// one organisation CA. A leaf of that CA is the peer its SAN names, not
+// the first peer whose CA verifies it: cluster-c's leaf is never taken for
+// cluster-a, and a leaf of some other workload of the same CA is refused.
+func TestPeerKnownByNameNotByCA(t *testing.T) {
+	self := certstest.New(t, "cluster-b")
+	org, err := certs.NewCA("org-ca", time.Now(), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(org.Cert)
+	a := &Peer{Name: "cluster-a", CAs: pool}
+	c := &Peer{Name: "cluster-c", CAs: pool}
+	ts := &TargetServer{Cert: self.Cert, Peers: []*Peer{a, c}, Resolver: &staticResolver{}}
+	leaf := func(name string) []*x509.Certificate {
+		kp, err := certs.NewPeer(org, []string{name}, nil, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []*x509.Certificate{x}
+	}
+	if p := ts.peerOf(leaf("cluster-a")); p != a {
+		t.Errorf("cluster-a's leaf is %v, want cluster-a", p)
+	}
+	if p := ts.peerOf(leaf("cluster-c")); p != c {
+		t.Errorf("cluster-c's leaf is %v, want cluster-c (not the first peer whose CA verifies it)", p)
+	}
+	if p := ts.peerOf(leaf("some-other-workload")); p != nil {
+		t.Errorf("another workload's leaf of the organisation CA was taken for peer %s", p.Name)
+	}
+
+	// Over a real connection the look-alike's handshake is refused.
+	addr, refusals := hopServer(t, ts)
+	kp, err := certs.NewPeer(org, []string{"some-other-workload"}, nil, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", addr, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, RootCAs: self.Pool, ServerName: "cluster-b"})
+	if err == nil {
+		// TLS 1.3 reports a refused client certificate on the first read.
+		_, err = conn.Read(make([]byte, 1))
+		_ = conn.Close()
+	}
+	if err == nil {
+		t.Fatal("the look-alike's connection was accepted")
+	}
+	if r := nextRefusal(t, refusals); r != RefusedUntrustedPeer {
+		t.Fatalf("refusal %s, want %s", r, RefusedUntrustedPeer)
+	}
+}
+
+// The attack of issue 27, item 3: raw connections that open and never
+// finish a handshake. Past MaxPendingHandshakes each new one is closed at
+// once and counted; a connection that waits costs its small pre-handshake
+// buffer only.
+func TestPendingHandshakesAreCapped(t *testing.T) {
+	self := certstest.New(t, "cluster-b")
+	peer := certstest.New(t, "cluster-a")
+	const limit = 8
+	ts := &TargetServer{Cert: self.Cert, Peers: []*Peer{{Name: "cluster-a", CAs: peer.Pool}}, Resolver: &staticResolver{},
+		MaxPendingHandshakes: limit, HandshakeTimeout: time.Minute}
+	addr, refusals := hopServer(t, ts)
+	var stalled []net.Conn
+	t.Cleanup(func() {
+		for _, c := range stalled {
+			_ = c.Close()
+		}
+	})
+	for range limit {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One byte of a ClientHello: the server is now reading.
+		if _, err := c.Write([]byte{0x16}); err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, c)
+	}
+	// A connection counts as pending once its handler runs: wait for all
+	// eight before the one over the cap.
+	deadline := time.Now().Add(30 * time.Second)
+	for ts.pending.Load() < limit {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d stalled handshakes pending", ts.pending.Load(), limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	_ = over.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := over.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("a connection over the cap: read %v, want EOF (closed)", err)
+	}
+	if r := nextRefusal(t, refusals); r != RefusedTooManyHandshakes {
+		t.Fatalf("refusal %s, want %s", r, RefusedTooManyHandshakes)
+	}
+	if got := ts.pending.Load(); got != limit {
+		t.Errorf("%d pending handshakes, want %d", got, limit)
+	}
+}
+
+// Before the handshake has authenticated its peer, a hop connection reads
+// into a buffer of handshakeRecvBuf, not the relay's 256 KiB; afterwards
+// it gets the full buffer.
+func TestRecordBufferSmallUntilAuthenticated(t *testing.T) {
+	srv, cli := tcpPair(t)
+	_, rc := underTLS(srv)
+	if rc == nil {
+		t.Fatal("no recordConn over a TCP connection")
+	}
+	hello := make([]byte, 100<<10) // a long record, as a hostile client would send
+	hello[0], hello[3], hello[4] = 0x16, 0xff, 0xff
+	go func() { _, _ = cli.Write(hello) }()
+	buf := make([]byte, 64<<10)
+	if _, err := rc.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(rc.rbuf); c > handshakeRecvBuf {
+		t.Fatalf("an unauthenticated connection holds a %d-byte buffer, want at most %d", c, handshakeRecvBuf)
+	}
+	rc.authenticated()
+	for cap(rc.rbuf) < recvBuf {
+		if _, err := rc.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Close(); _ = client.Close() })
+	return server, client
+}
