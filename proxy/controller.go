@@ -127,6 +127,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.closeSession(log, req.NamespacedName, "no in-flight decentralized migration with a target endpoint")
 		return reconcile.Result{}, c.publish(ctx, &vmi, "")
 	}
+	if err := CheckMigrationPorts(remote.Ports); err != nil {
+		// Not what KubeVirt's virt-handler writes: open no listener for it.
+		// A status change enqueues the VMI again.
+		refused.WithLabelValues("source", RefusedBadPorts.String()).Inc()
+		log.Error(err, "holding the migration back: its target endpoint is not one KubeVirt announces", "migrationID", remote.MigrationID)
+		c.closeSession(log, req.NamespacedName, "target ports not KubeVirt's")
+		return reconcile.Result{}, c.publish(ctx, &vmi, "")
+	}
 	var peer *Peer
 	if len(c.Peers) > 0 {
 		if peer, err = PeerFor(c.Peers, vmim.Spec.SendTo.ConnectURL); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -148,4 +149,36 @@ func Rewrite(remote Remote, annotation string) (address string, ports map[string
 		ports[m.Ports[remotePort]] = libvirtPort
 	}
 	return m.Address, ports
+}
+
+// MaxMigrationPorts is how many ports KubeVirt's target virt-handler opens
+// for one migration: the migration itself (libvirt port 0) and, for block
+// migration, 49152 and 49153. A status that announces more is not
+// KubeVirt's, and each announced port costs a relay listener.
+const MaxMigrationPorts = 3
+
+// CheckMigrationPorts checks targetState.directMigrationNodePorts as the
+// target virt-handler writes it: at most MaxMigrationPorts node ports, each
+// a TCP port, each leading to one of the libvirt ports KubeVirt proxies
+// (0, 49152, 49153), none twice. The VMI's status is writable by whoever
+// may create the VMI, so the proxy opens and dials nothing beyond this.
+func CheckMigrationPorts(ports map[string]int) error {
+	const path = "status.migrationState.targetState.directMigrationNodePorts"
+	if len(ports) > MaxMigrationPorts {
+		return fmt.Errorf("%s: %d ports, at most %d (what KubeVirt opens for one migration)", path, len(ports), MaxMigrationPorts)
+	}
+	seen := map[int]bool{}
+	for k, v := range ports {
+		if p, err := strconv.ParseUint(k, 10, 16); err != nil || p == 0 {
+			return fmt.Errorf("%s: key %q is not a TCP port", path, k)
+		}
+		if v != 0 && v != 49152 && v != 49153 {
+			return fmt.Errorf("%s[%q]: %d is not a port KubeVirt migrates through (0, 49152 or 49153)", path, k, v)
+		}
+		if seen[v] {
+			return fmt.Errorf("%s: two node ports lead to %d", path, v)
+		}
+		seen[v] = true
+	}
+	return nil
 }

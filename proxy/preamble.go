@@ -141,25 +141,29 @@ const (
 	RefusedCAExchangeOff
 	RefusedCAStore
 	RefusedTooManyHandshakes
+	RefusedBadPorts
+	RefusedAmbiguousMigration
 )
 
 var refusalNames = map[Refusal]string{
-	RefusedBadPreamble:       "bad-preamble",
-	RefusedMode:              "mode-not-allowed",
-	RefusedUnknownMigration:  "unknown-migration",
-	RefusedPort:              "port-not-announced",
-	RefusedOtherPeer:         "migration-bound-to-other-peer",
-	RefusedOverCap:           "over-cap",
-	RefusedTargetUnreachable: "target-unreachable",
-	RefusedNoCertificate:     "no-certificate",
-	RefusedUntrustedPeer:     "untrusted-peer",
-	RefusedHandshake:         "handshake-failed",
-	RefusedSourceRange:       "source-not-allowed",
-	RefusedLookup:            "lookup-failed",
-	RefusedBadCABundle:       "bad-ca-bundle",
-	RefusedCAExchangeOff:     "ca-exchange-off",
-	RefusedCAStore:           "ca-store-failed",
-	RefusedTooManyHandshakes: "too-many-handshakes",
+	RefusedBadPreamble:        "bad-preamble",
+	RefusedMode:               "mode-not-allowed",
+	RefusedUnknownMigration:   "unknown-migration",
+	RefusedPort:               "port-not-announced",
+	RefusedOtherPeer:          "migration-bound-to-other-peer",
+	RefusedOverCap:            "over-cap",
+	RefusedTargetUnreachable:  "target-unreachable",
+	RefusedNoCertificate:      "no-certificate",
+	RefusedUntrustedPeer:      "untrusted-peer",
+	RefusedHandshake:          "handshake-failed",
+	RefusedSourceRange:        "source-not-allowed",
+	RefusedLookup:             "lookup-failed",
+	RefusedBadCABundle:        "bad-ca-bundle",
+	RefusedCAExchangeOff:      "ca-exchange-off",
+	RefusedCAStore:            "ca-store-failed",
+	RefusedTooManyHandshakes:  "too-many-handshakes",
+	RefusedBadPorts:           "ports-not-kubevirts",
+	RefusedAmbiguousMigration: "ambiguous-migration",
 }
 
 func (r Refusal) String() string {

@@ -20,27 +20,53 @@ type ClusterResolver struct {
 	Reader client.Reader
 }
 
-// Resolve implements Resolver.
+// ResolveError is a migration the resolver found but must not dial; the
+// target refuses the stream with Reason.
+type ResolveError struct {
+	Reason Refusal
+	Err    error
+}
+
+func (e *ResolveError) Error() string { return e.Reason.String() + ": " + e.Err.Error() }
+func (e *ResolveError) Unwrap() error { return e.Err }
+
+// Resolve implements Resolver. A migration ID held by two live receiving
+// VMIMs (in any namespaces) is refused for both: the ID is what a peer
+// names, and a tenant who copies a victim's ID must neither receive the
+// victim's stream nor decide, by list order, whose it is. The announced
+// ports must be KubeVirt's (CheckMigrationPorts).
 func (r *ClusterResolver) Resolve(ctx context.Context, id string) (Endpoint, bool, error) {
 	var list kubevirtv1.VirtualMachineInstanceMigrationList
 	if err := r.Reader.List(ctx, &list); err != nil {
 		return Endpoint{}, false, fmt.Errorf("listing VirtualMachineInstanceMigrations: %w", err)
 	}
+	var found *kubevirtv1.VirtualMachineInstanceMigration
 	for i := range list.Items {
 		m := &list.Items[i]
 		if m.Spec.Receive == nil || m.Spec.Receive.MigrationID != id || m.IsFinal() || m.DeletionTimestamp != nil {
 			continue
 		}
-		var vmi kubevirtv1.VirtualMachineInstance
-		if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}, &vmi); err != nil {
-			return Endpoint{}, false, client.IgnoreNotFound(err)
+		if found != nil {
+			return Endpoint{}, false, &ResolveError{Reason: RefusedAmbiguousMigration,
+				Err: fmt.Errorf("receiving VMIMs %s/%s and %s/%s both carry migration ID %q", found.Namespace, found.Name, m.Namespace, m.Name, id)}
 		}
-		ms := vmi.Status.MigrationState
-		if ms == nil || ms.TargetState == nil || ms.TargetState.NodeAddress == nil || *ms.TargetState.NodeAddress == "" {
-			return Endpoint{}, false, nil // the target has not announced its endpoint yet
-		}
-		return Endpoint{Address: *ms.TargetState.NodeAddress, Ports: maps.Clone(ms.TargetState.DirectMigrationNodePorts),
-			Migration: client.ObjectKeyFromObject(m), UID: m.UID}, true, nil
+		found = m
 	}
-	return Endpoint{}, false, nil
+	if found == nil {
+		return Endpoint{}, false, nil
+	}
+	m := found
+	var vmi kubevirtv1.VirtualMachineInstance
+	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}, &vmi); err != nil {
+		return Endpoint{}, false, client.IgnoreNotFound(err)
+	}
+	ms := vmi.Status.MigrationState
+	if ms == nil || ms.TargetState == nil || ms.TargetState.NodeAddress == nil || *ms.TargetState.NodeAddress == "" {
+		return Endpoint{}, false, nil // the target has not announced its endpoint yet
+	}
+	if err := CheckMigrationPorts(ms.TargetState.DirectMigrationNodePorts); err != nil {
+		return Endpoint{}, false, &ResolveError{Reason: RefusedBadPorts, Err: err}
+	}
+	return Endpoint{Address: *ms.TargetState.NodeAddress, Ports: maps.Clone(ms.TargetState.DirectMigrationNodePorts),
+		Migration: client.ObjectKeyFromObject(m), UID: m.UID}, true, nil
 }

@@ -215,7 +215,11 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		return
 	}
 	ep, ok, err := s.Resolver.Resolve(ctx, pre.MigrationID)
+	var re *ResolveError
 	switch {
+	case errors.As(err, &re):
+		deny(re.Reason, re.Err)
+		return
 	case err != nil:
 		deny(RefusedLookup, err)
 		return

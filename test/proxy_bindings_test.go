@@ -275,6 +275,75 @@ func TestProxyBindings(t *testing.T) {
 	// Bindings go when their migration ends, without any peer coming back:
 	// a Succeeded VMIM, a Failed one, a deleted one, and one deleted while
 	// no proxy ran.
+	// The attack of issue 27, item 2: a tenant copies a victim's migration
+	// ID into a receiving VMIM of its own. Neither gets the stream while
+	// both are live, whatever the list order; once the tenant's is gone the
+	// victim's migration goes through.
+	t.Run("copied migration ID", func(t *testing.T) {
+		victim, tenant := namespace(t, "bind-victim"), namespace(t, "bind-tenant")
+		v := rig.receive(t, victim, "vm1", "mig-copied")
+		copied := rig.receive(t, tenant, "vm1", "mig-copied")
+		p := rig.start(t, victim, false)
+		waitResolvable(t, p, v)
+		waitResolvable(t, p, copied)
+		before := proxyRefusals(t, proxy.RefusedAmbiguousMigration)
+		if err := rig.dial(p, "cluster-a", "mig-copied"); !refusedFor(err, proxy.RefusedAmbiguousMigration) {
+			t.Fatalf("a migration ID held by two receiving VMIMs: got %v, want the refusal %s", err, proxy.RefusedAmbiguousMigration)
+		}
+		if d := proxyRefusals(t, proxy.RefusedAmbiguousMigration) - before; d != 1 {
+			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 1", proxy.RefusedAmbiguousMigration, d)
+		}
+		if err := b.Client.Delete(context.Background(), copied); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, "the copy gone from the proxy's cache", framework.CacheTimeout, func() error {
+			err := p.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(copied), &kubevirtv1.VirtualMachineInstanceMigration{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still cached (%v)", err)
+		})
+		if err := rig.dial(p, "cluster-a", "mig-copied"); err != nil {
+			t.Fatalf("the victim's stream, once the copy is gone: %v", err)
+		}
+	})
+
+	// A VMI status (writable by whoever creates the VMI) that announces
+	// more ports than KubeVirt opens, or ports to other libvirt ports, is
+	// dialled at none of them.
+	t.Run("ports not KubeVirt's", func(t *testing.T) {
+		ns := namespace(t, "bind-ports")
+		vmim := rig.receive(t, ns, "vm1", "mig-ports")
+		var vmi kubevirtv1.VirtualMachineInstance
+		if err := b.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "vm1"}, &vmi); err != nil {
+			t.Fatal(err)
+		}
+		ports := vmi.Status.MigrationState.TargetState.DirectMigrationNodePorts
+		ports["6443"], ports["2379"], ports["10250"] = 0, 49153, 49154
+		if err := b.Client.Update(context.Background(), &vmi); err != nil {
+			t.Fatal(err)
+		}
+		p := rig.start(t, ns, false)
+		waitResolvable(t, p, vmim)
+		framework.Eventually(t, "the proxy's cache has the tenant's ports", framework.CacheTimeout, func() error {
+			var cur kubevirtv1.VirtualMachineInstance
+			if err := p.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(&vmi), &cur); err != nil {
+				return err
+			}
+			if n := len(cur.Status.MigrationState.TargetState.DirectMigrationNodePorts); n != 4 {
+				return fmt.Errorf("%d ports", n)
+			}
+			return nil
+		})
+		before := proxyRefusals(t, proxy.RefusedBadPorts)
+		if err := rig.dial(p, "cluster-a", "mig-ports"); !refusedFor(err, proxy.RefusedBadPorts) {
+			t.Fatalf("four announced ports: got %v, want the refusal %s", err, proxy.RefusedBadPorts)
+		}
+		if d := proxyRefusals(t, proxy.RefusedBadPorts) - before; d != 1 {
+			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 1", proxy.RefusedBadPorts, d)
+		}
+	})
+
 	t.Run("shrink", func(t *testing.T) {
 		ns := namespace(t, "bind-shrink")
 		ctx := context.Background()
@@ -347,4 +416,10 @@ func sameKeys(m map[string]proxy.Binding, want []string) bool {
 		}
 	}
 	return true
+}
+
+// proxyRefusals is the target side's kvnet_proxy_refused_total for r.
+func proxyRefusals(t *testing.T, r proxy.Refusal) float64 {
+	t.Helper()
+	return migCounter(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": r.String()})
 }
