@@ -143,6 +143,7 @@ const (
 	RefusedTooManyHandshakes
 	RefusedBadPorts
 	RefusedAmbiguousMigration
+	RefusedTargetNotHandler
 )
 
 var refusalNames = map[Refusal]string{
@@ -164,6 +165,7 @@ var refusalNames = map[Refusal]string{
 	RefusedTooManyHandshakes:  "too-many-handshakes",
 	RefusedBadPorts:           "ports-not-kubevirts",
 	RefusedAmbiguousMigration: "ambiguous-migration",
+	RefusedTargetNotHandler:   "target-not-a-virt-handler",
 }
 
 func (r Refusal) String() string {

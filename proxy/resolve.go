@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -13,11 +14,18 @@ import (
 // ClusterResolver resolves receiving migrations from this cluster's
 // objects (the proxy's informer cache): the in-flight VMIM with
 // spec.receive.migrationID, and the target endpoint its VMI's
-// status.migrationState.targetState announces. The target virt-handler
-// writes that endpoint about itself, on the in-cluster migration network;
-// nothing a peer sends can change it.
+// status.migrationState.targetState announces. The VMI CRD has no status
+// subresource, so whoever may create the VMI can write that status: the
+// node it names is looked up in kvnet's own allocations (Handlers), and
+// the proxy dials only the address kvnet gave that node's virt-handler,
+// which the announced address must equal.
 type ClusterResolver struct {
 	Reader client.Reader
+	// Handlers tells the address kvnet allocated to a node's virt-handler
+	// (migration.HandlerAddresses); nil refuses every stream.
+	Handlers interface {
+		HandlerAddress(ctx context.Context, node string) (netip.Addr, bool, error)
+	}
 }
 
 // ResolveError is a migration the resolver found but must not dial; the
@@ -67,6 +75,33 @@ func (r *ClusterResolver) Resolve(ctx context.Context, id string) (Endpoint, boo
 	if err := CheckMigrationPorts(ms.TargetState.DirectMigrationNodePorts); err != nil {
 		return Endpoint{}, false, &ResolveError{Reason: RefusedBadPorts, Err: err}
 	}
-	return Endpoint{Address: *ms.TargetState.NodeAddress, Ports: maps.Clone(ms.TargetState.DirectMigrationNodePorts),
+	addr, err := r.handlerAddress(ctx, ms.TargetState.Node, *ms.TargetState.NodeAddress)
+	if err != nil {
+		return Endpoint{}, false, err
+	}
+	return Endpoint{Address: addr.String(), Ports: maps.Clone(ms.TargetState.DirectMigrationNodePorts),
 		Migration: client.ObjectKeyFromObject(m), UID: m.UID}, true, nil
+}
+
+// handlerAddress is the address to dial for a target on node: kvnet's
+// allocation for that node's virt-handler, when the status announces
+// exactly it.
+func (r *ClusterResolver) handlerAddress(ctx context.Context, node, announced string) (netip.Addr, error) {
+	notHandler := func(format string, a ...any) (netip.Addr, error) {
+		return netip.Addr{}, &ResolveError{Reason: RefusedTargetNotHandler, Err: fmt.Errorf(format, a...)}
+	}
+	if r.Handlers == nil {
+		return notHandler("this proxy has no view of kvnet's virt-handler addresses")
+	}
+	addr, ok, err := r.Handlers.HandlerAddress(ctx, node)
+	switch {
+	case err != nil:
+		return netip.Addr{}, err
+	case !ok:
+		return notHandler("kvnet gave no virt-handler on node %q an in-cluster migration address", node)
+	}
+	if got, err := netip.ParseAddr(announced); err != nil || got.Unmap() != addr.Unmap() {
+		return notHandler("the announced target %q is not %s, the address kvnet gave the virt-handler on node %q", announced, addr, node)
+	}
+	return addr, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/proxy"
 	"github.com/kvnet/kvnet/test/framework"
 )
@@ -49,6 +52,7 @@ func (r *bindingsRig) receive(t *testing.T, ns, name, id string) *kubevirtv1.Vir
 		Spec:       kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{}},
 	}
 	mustCreate(t, c, vmi)
+	allocateHandlerAddress(t, c, ns, "node-b", "127.0.0.1")
 	vmim := &kubevirtv1.VirtualMachineInstanceMigration{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-in"},
 		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: name,
@@ -344,6 +348,71 @@ func TestProxyBindings(t *testing.T) {
 		}
 	})
 
+	// A tenant's VMI status aims the target proxy at a host of its choice
+	// (here a listener on another loopback address, standing for the API
+	// server or any in-cluster service). The proxy dials only the address
+	// kvnet gave the virt-handler on the node the status names, so it
+	// refuses; a status that names a node without one is refused too.
+	t.Run("target not a virt-handler", func(t *testing.T) {
+		ns := namespace(t, "bind-steer")
+		vmim := rig.receive(t, ns, "vm1", "mig-steer")
+		var vmi kubevirtv1.VirtualMachineInstance
+		if err := b.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "vm1"}, &vmi); err != nil {
+			t.Fatal(err)
+		}
+		elsewhere, err := net.Listen("tcp", "127.0.0.2:"+rig.echo.port())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer elsewhere.Close()
+		dialled := make(chan struct{}, 1)
+		go func() {
+			if c, err := elsewhere.Accept(); err == nil {
+				dialled <- struct{}{}
+				_ = c.Close()
+			}
+		}()
+		vmi.Status.MigrationState.TargetState.NodeAddress = ptr.To("127.0.0.2")
+		if err := b.Client.Update(context.Background(), &vmi); err != nil {
+			t.Fatal(err)
+		}
+		p := rig.start(t, ns, false)
+		waitResolvable(t, p, vmim)
+		announced := func(node, addr string) {
+			framework.Eventually(t, "the proxy's cache has the tenant's status", framework.CacheTimeout, func() error {
+				var cur kubevirtv1.VirtualMachineInstance
+				if err := p.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(&vmi), &cur); err != nil {
+					return err
+				}
+				if ts := cur.Status.MigrationState.TargetState; ts.Node != node || *ts.NodeAddress != addr {
+					return fmt.Errorf("node %s, address %s", ts.Node, *ts.NodeAddress)
+				}
+				return nil
+			})
+		}
+		announced("node-b", "127.0.0.2")
+		before := proxyRefusals(t, proxy.RefusedTargetNotHandler)
+		if err := rig.dial(p, "cluster-a", "mig-steer"); !refusedFor(err, proxy.RefusedTargetNotHandler) {
+			t.Fatalf("a status announcing another host: got %v, want the refusal %s", err, proxy.RefusedTargetNotHandler)
+		}
+		vmi.Status.MigrationState.TargetState.Node = "node-without-handler"
+		if err := b.Client.Update(context.Background(), &vmi); err != nil {
+			t.Fatal(err)
+		}
+		announced("node-without-handler", "127.0.0.2")
+		if err := rig.dial(p, "cluster-a", "mig-steer"); !refusedFor(err, proxy.RefusedTargetNotHandler) {
+			t.Fatalf("a status naming a node kvnet gave no address: got %v, want the refusal %s", err, proxy.RefusedTargetNotHandler)
+		}
+		if d := proxyRefusals(t, proxy.RefusedTargetNotHandler) - before; d != 2 {
+			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 2", proxy.RefusedTargetNotHandler, d)
+		}
+		select {
+		case <-dialled:
+			t.Fatal("the target proxy dialled the host the tenant's status named")
+		default:
+		}
+	})
+
 	t.Run("shrink", func(t *testing.T) {
 		ns := namespace(t, "bind-shrink")
 		ctx := context.Background()
@@ -422,4 +491,17 @@ func sameKeys(m map[string]proxy.Binding, want []string) bool {
 func proxyRefusals(t *testing.T, r proxy.Refusal) float64 {
 	t.Helper()
 	return migCounter(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": r.String()})
+}
+
+// allocateHandlerAddress writes, in namespace ns (the proxy's, standing for
+// kvnet's), the allocation kvnet makes when it gives node's virt-handler
+// addr on the in-cluster migration network: the only address the target
+// proxy dials for that node. An allocation already there is kept.
+func allocateHandlerAddress(t *testing.T, c client.Client, ns, node, addr string) {
+	t.Helper()
+	a := &migration.Allocation{Pool: migration.PoolInCluster, Address: netip.MustParseAddr(addr), PrefixLength: 24,
+		State: migration.StateBound, Node: node, PodNamespace: framework.KubeVirtNamespace, PodName: "virt-handler-" + node, PodUID: types.UID("uid-" + node)}
+	if err := c.Create(context.Background(), a.ToConfigMap(ns)); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("allocating %s to the virt-handler on %s: %v", addr, node, err)
+	}
 }

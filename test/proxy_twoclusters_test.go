@@ -189,6 +189,9 @@ func TestProxyTwoClusters(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// kvnet gave node-b's virt-handler 127.0.0.1 (kvnet itself does
+			// not run in cluster B here): the only address the proxy dials.
+			allocateHandlerAddress(t, b.Client, framework.KvnetNamespace, "node-b", "127.0.0.1")
 			receive("vm1", migID)
 			receive("vm2", migID+"-2")
 

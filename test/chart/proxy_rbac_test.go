@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/proxy"
 	"github.com/kvnet/kvnet/test/framework"
 )
@@ -105,7 +107,7 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 		Spec: kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{}}}
 	vmim := &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1-in"},
 		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1",
-			Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: "mig-rbac"}}}
+			Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: "mig-rbac-" + c.release}}}
 	for _, o := range []client.Object{vmi, vmim} {
 		if err := cl.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -114,10 +116,18 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 	vmi.Status = kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Scheduled, MigrationState: &kubevirtv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: vmim.UID,
 		TargetState: &kubevirtv1.VirtualMachineInstanceMigrationTargetState{
+			VirtualMachineInstanceCommonMigrationState: kubevirtv1.VirtualMachineInstanceCommonMigrationState{Node: "node-b"},
 			NodeAddress: ptr.To("127.0.0.1"), DirectMigrationNodePorts: map[string]int{strconv.Itoa(port): 49152},
 		},
 	}}
 	if err := cl.Update(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	// The allocation kvnet writes for node-b's virt-handler, in kvnet's
+	// namespace: the proxy reads it with the chart's RBAC.
+	handler := &migration.Allocation{Pool: migration.PoolInCluster, Address: netip.MustParseAddr("127.0.0.1"), PrefixLength: 24,
+		State: migration.StateBound, Node: "node-b", PodNamespace: "kubevirt", PodName: "virt-handler-b", PodUID: "uid-b"}
+	if err := cl.Create(ctx, handler.ToConfigMap(c.namespace)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -144,7 +154,7 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 
 	peer := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool}
 	framework.Eventually(t, "cluster-a's stream accepted", time.Minute, func() error {
-		conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, peer, "mig-rbac", uint16(port))
+		conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, peer, "mig-rbac-"+c.release, uint16(port))
 		if err != nil {
 			var re *proxy.RefusedError
 			if errors.As(err, &re) && re.Reason == proxy.RefusedLookup {
@@ -160,8 +170,8 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 		t.Fatalf("the bindings ConfigMap after an accepted stream: %v", err)
 	}
 	var b proxy.Binding
-	if err := json.Unmarshal([]byte(cm.Data["mig-rbac"]), &b); err != nil || b.Peer != "cluster-a" {
-		t.Fatalf("binding of mig-rbac: %q (%v), want peer cluster-a", cm.Data["mig-rbac"], err)
+	if err := json.Unmarshal([]byte(cm.Data["mig-rbac-"+c.release]), &b); err != nil || b.Peer != "cluster-a" {
+		t.Fatalf("binding of mig-rbac-%s: %q (%v), want peer cluster-a", c.release, cm.Data["mig-rbac-"+c.release], err)
 	}
 
 	vmim.Status.Phase = kubevirtv1.MigrationSucceeded
@@ -172,7 +182,7 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 		if err := cl.Get(ctx, key, &cm); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		if _, ok := cm.Data["mig-rbac"]; ok {
+		if _, ok := cm.Data["mig-rbac-"+c.release]; ok {
 			return fmt.Errorf("still bound: %v", cm.Data)
 		}
 		return nil

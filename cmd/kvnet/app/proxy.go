@@ -12,11 +12,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -24,6 +27,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/proxy"
 	"github.com/kvnet/kvnet/webhook"
 )
@@ -145,8 +149,16 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		if err != nil {
 			return nil, err
 		}
+		pools, err := inClusterPoolCache(mgr, o.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(pools); err != nil {
+			return nil, err
+		}
+		resolver := &proxy.ClusterResolver{Reader: mgr.GetCache(), Handlers: migration.HandlerAddresses{Reader: pools, Namespace: o.Namespace}}
 		ts := &proxy.TargetServer{
-			Cert: o.Cert, Peers: o.Peers, Modes: o.Modes, Resolver: &proxy.ClusterResolver{Reader: mgr.GetCache()},
+			Cert: o.Cert, Peers: o.Peers, Modes: o.Modes, Resolver: resolver,
 			Limiter: limiter, DialTimeout: o.DialTimeout, IdleTimeout: o.IdleTimeout, Log: log.WithName("hop"),
 			Bindings: bindings,
 		}
@@ -381,4 +393,24 @@ func splitComma(s string) []string {
 		}
 	}
 	return out
+}
+
+// inClusterPoolCache caches kvnet's in-cluster allocation ConfigMaps of
+// namespace (kvnet's): the target side dials only the address one of them
+// gives a node's virt-handler.
+func inClusterPoolCache(mgr manager.Manager, namespace string) (cache.Cache, error) {
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:            mgr.GetScheme(),
+		DefaultNamespaces: map[string]cache.Config{namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{migration.LabelPool: migration.PoolInCluster})},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the cache of in-cluster allocations in %s: %w", namespace, err)
+	}
+	if _, err := c.GetInformer(context.Background(), &corev1.ConfigMap{}); err != nil {
+		return nil, fmt.Errorf("starting the informer of in-cluster allocations: %w", err)
+	}
+	return c, nil
 }
