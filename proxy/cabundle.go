@@ -12,11 +12,20 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
-// maxBundleCerts bounds the certificates of one offered bundle; KubeVirt
-// keeps at most 50 in its own.
-const maxBundleCerts = 50
+// maxBundleCerts bounds the certificates of one offered bundle. A cluster
+// offers its current KubeVirt CA and, during a rotation's overlap, the
+// previous one; a few more is slack. Not KubeVirt's own 50: virt-operator
+// keeps the 50 newest CAs by NotBefore in kubevirt-ca, so a peer allowed
+// 50 could evict every other peer's CAs (and the root of all of KubeVirt's
+// internal mTLS is what it would be writing).
+const maxBundleCerts = 4
+
+// clockSkew is how far in the future a CA's NotBefore may lie and still
+// be taken: clusters' clocks differ a little.
+const clockSkew = 5 * time.Minute
 
 // Fingerprint names a certificate in kvnet's bookkeeping: the hex SHA-256
 // of its DER, the hash virt-operator also deduplicates bundles by.
@@ -27,11 +36,13 @@ func Fingerprint(c *x509.Certificate) string {
 
 // ParseCABundle is the receiver's check of a peer's offered bundle: PEM
 // CERTIFICATE blocks and nothing else but whitespace, each an X.509 CA
-// certificate, 1 to 50 of them. Anything else refuses the whole bundle: a
+// CA certificate (BasicConstraints CA, key usage certSign) valid at now
+// (NotBefore at most clockSkew ahead), 1 to maxBundleCerts of them.
+// Anything else refuses the whole bundle: a
 // peer that sends garbage or a leaf certificate is misconfigured or
 // hostile, and half of its bundle is not worth trusting. Duplicates are
 // dropped.
-func ParseCABundle(b []byte) ([]*x509.Certificate, error) {
+func ParseCABundle(b []byte, now time.Time) ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
 	seen := map[string]bool{}
 	for i := 0; ; i++ {
@@ -56,6 +67,13 @@ func ParseCABundle(b []byte) ([]*x509.Certificate, error) {
 		if !c.BasicConstraintsValid || !c.IsCA {
 			return nil, fmt.Errorf("CA bundle: certificate %d (subject %q) is not a CA", i, c.Subject.String())
 		}
+		if c.KeyUsage&x509.KeyUsageCertSign == 0 {
+			return nil, fmt.Errorf("CA bundle: certificate %d (subject %q) may not sign certificates (no certSign key usage)", i, c.Subject.String())
+		}
+		if !usableAt(c, now) {
+			return nil, fmt.Errorf("CA bundle: certificate %d (subject %q) is not valid now: valid from %s to %s", i, c.Subject.String(),
+				c.NotBefore.UTC().Format(time.RFC3339), c.NotAfter.UTC().Format(time.RFC3339))
+		}
 		if fp := Fingerprint(c); !seen[fp] {
 			seen[fp] = true
 			out = append(out, c)
@@ -69,6 +87,13 @@ func ParseCABundle(b []byte) ([]*x509.Certificate, error) {
 		return nil, errors.New("CA bundle: no certificate")
 	}
 	return out, nil
+}
+
+// usableAt reports whether CA c may be offered and taken at now: not
+// expired, and not dated (beyond clockSkew) in the future, which would put
+// it ahead of every other CA in virt-operator's newest-first bundle.
+func usableAt(c *x509.Certificate, now time.Time) bool {
+	return !now.After(c.NotAfter) && !c.NotBefore.After(now.Add(clockSkew))
 }
 
 // EncodeCerts is the PEM of certs, in order.

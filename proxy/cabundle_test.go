@@ -1,7 +1,12 @@
 package proxy
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"slices"
 	"strings"
 	"testing"
@@ -20,10 +25,45 @@ func newCA(t testing.TB, name string) *x509.Certificate {
 	return ca.Cert
 }
 
+func caAt(t testing.TB, name string, notBefore time.Time, life time.Duration) *x509.Certificate {
+	t.Helper()
+	ca, err := certs.NewCA(name, notBefore, life)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.Cert
+}
+
+// selfSignedCA is a CA certificate with the given key usage only.
+func selfSignedCA(t testing.TB, name string, usage x509.KeyUsage) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: usage}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func pemOf(cs ...*x509.Certificate) string { return string(EncodeCerts(cs)) }
 
 func TestParseCABundle(t *testing.T) {
 	a, b := newCA(t, "a"), newCA(t, "b")
+	// Dated so that virt-operator, which keeps the newest CAs by NotBefore,
+	// would put it first and evict the others'.
+	future := caAt(t, "future", time.Now().Add(24*time.Hour), time.Hour)
+	expired := caAt(t, "expired", time.Now().Add(-2*time.Hour), time.Hour)
+	noSign := selfSignedCA(t, "nosign", x509.KeyUsageDigitalSignature)
 	leaf := certstest.New(t, "leaf").Cert.Leaf
 	if leaf == nil {
 		var err error
@@ -47,9 +87,12 @@ func TestParseCABundle(t *testing.T) {
 		"broken PEM":             {in: "-----BEGIN CERTIFICATE-----\n!!!\n", wantErr: "not valid PEM"},
 		"not DER":                {in: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", wantErr: "certificate 0"},
 		"a leaf":                 {in: pemOf(a, leaf), wantErr: "certificate 1 (subject \"CN=leaf\") is not a CA"},
+		"an expired CA":          {in: pemOf(a, expired), wantErr: "certificate 1 (subject \"CN=expired\") is not valid now"},
+		"a future-dated CA":      {in: pemOf(future, a), wantErr: "certificate 0 (subject \"CN=future\") is not valid now"},
+		"a CA that cannot sign":  {in: pemOf(noSign), wantErr: "no certSign key usage"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := ParseCABundle([]byte(tc.in))
+			got, err := ParseCABundle([]byte(tc.in), time.Now())
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -68,10 +111,10 @@ func TestParseCABundleBounds(t *testing.T) {
 	for range maxBundleCerts + 1 {
 		many = append(many, newCA(t, "n"))
 	}
-	if _, err := ParseCABundle(EncodeCerts(many)); err == nil {
+	if _, err := ParseCABundle(EncodeCerts(many), time.Now()); err == nil {
 		t.Errorf("%d certificates accepted", len(many))
 	}
-	if _, err := ParseCABundle(EncodeCerts(many[:maxBundleCerts])); err != nil {
+	if _, err := ParseCABundle(EncodeCerts(many[:maxBundleCerts]), time.Now()); err != nil {
 		t.Errorf("%d certificates: %v", maxBundleCerts, err)
 	}
 }
@@ -203,7 +246,7 @@ func FuzzParseCABundle(f *testing.F) {
 	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
 	f.Add([]byte("junk"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		certs, err := ParseCABundle(b)
+		certs, err := ParseCABundle(b, time.Now())
 		if err != nil {
 			return
 		}
@@ -212,9 +255,34 @@ func FuzzParseCABundle(f *testing.F) {
 				t.Fatalf("accepted a certificate that is not a CA: %s", c.Subject)
 			}
 		}
-		again, err := ParseCABundle(EncodeCerts(certs))
+		again, err := ParseCABundle(EncodeCerts(certs), time.Now())
 		if err != nil || len(again) != len(certs) {
 			t.Fatalf("re-encoded bundle: %d certificates, %v", len(again), err)
 		}
 	})
+}
+
+// A cluster offers only what its peers take: its valid CAs, current first,
+// at most maxBundleCerts of them, so a stale CA in kubevirt-ca never makes
+// a peer refuse the whole offer.
+func TestOfferableIsWhatPeersTake(t *testing.T) {
+	now := time.Now()
+	cur, prev := newCA(t, "current"), newCA(t, "previous")
+	expired := caAt(t, "expired", now.Add(-2*time.Hour), time.Hour)
+	future := caAt(t, "future", now.Add(24*time.Hour), time.Hour)
+	got := offerable([]*x509.Certificate{cur, expired, prev, future}, now)
+	if len(got) != 2 || got[0] != cur || got[1] != prev {
+		t.Fatalf("offered %d certificates, want current and previous", len(got))
+	}
+	var many []*x509.Certificate
+	for range maxBundleCerts + 2 {
+		many = append(many, newCA(t, "n"))
+	}
+	got = offerable(many, now)
+	if len(got) != maxBundleCerts || got[0] != many[0] {
+		t.Fatalf("offered %d of %d, want the first %d", len(got), len(many), maxBundleCerts)
+	}
+	if _, err := ParseCABundle(EncodeCerts(got), now); err != nil {
+		t.Fatalf("a peer refuses what this cluster offers: %v", err)
+	}
 }

@@ -203,6 +203,7 @@ func (c *CASync) offerAll(ctx context.Context) {
 		}
 		return
 	}
+	certs = offerable(certs, time.Now())
 	bundle := EncodeCerts(certs)
 	var wg sync.WaitGroup
 	for _, p := range c.Peers {
@@ -281,7 +282,7 @@ func (s *TargetServer) receiveCAs(ctx context.Context, log logr.Logger, peer *Pe
 		deny(RefusedCAExchangeOff, nil)
 		return
 	}
-	certs, err := ParseCABundle(o.Bundle)
+	certs, err := ParseCABundle(o.Bundle, time.Now())
 	if err != nil {
 		caFailed(peer.Name, caReceived, RefusedBadCABundle.String())
 		deny(RefusedBadCABundle, err)
@@ -370,4 +371,16 @@ func (c *CASync) ReceiveCAs(ctx context.Context, peer string, certs []*x509.Cert
 		c.Log.Info("stored a peer's KubeVirt CAs in its slot of kubevirt-external-ca", "peer", peer, "certificates", len(certs))
 	}
 	return nil
+}
+
+// offerable is what of the local CAs a peer will take (ParseCABundle): the
+// ones valid now, the first maxBundleCerts of them (the current CA first).
+func offerable(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, c := range certs {
+		if usableAt(c, now) && len(out) < maxBundleCerts {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -67,7 +67,7 @@ func externalCA(c client.Client, ns string) (map[string]bool, string, proxy.Slot
 	data := cm.Data[proxy.CABundleKey]
 	got := map[string]bool{}
 	if data != "" {
-		cs, err := proxy.ParseCABundle([]byte(strings.ReplaceAll(data, operatorComment, "")))
+		cs, err := proxy.ParseCABundle([]byte(strings.ReplaceAll(data, operatorComment, "")), time.Now())
 		if err != nil {
 			return nil, "", nil, err
 		}
