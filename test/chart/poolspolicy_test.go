@@ -1,0 +1,110 @@
+package chart
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/migration"
+	"github.com/kvnet/kvnet/test/framework"
+)
+
+// The attack of issue 27, item 7: in sidecar mode the synchronization
+// controller's ServiceAccount holds the proxy's RBAC, `create` ConfigMaps
+// in kvnet's namespace among it, and kvnet trusts any ConfigMap there
+// labelled kvnet.io/migration-pool as an allocation. With the chart's
+// ValidatingAdmissionPolicy on the real API server, only kvnet's own
+// ServiceAccount may create, change or delete such a ConfigMap: the
+// synchronization controller's and even a cluster admin's writes are
+// refused, while the proxy's own ConfigMaps stay writable.
+func TestChartPoolsPolicyAdmitsOnlyKvnet(t *testing.T) {
+	ctx := context.Background()
+	c := chartCase{release: "pools", namespace: "pools-system", values: sidecarValues}
+	objs := render(t, c)
+	install(t, c, objs)
+	as := func(user string, groups ...string) client.Client {
+		cfg := rest.CopyConfig(testEnv.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append(groups, "system:authenticated")}
+		k, err := client.New(cfg, client.Options{Scheme: cl.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	sa := func(ns, name string) client.Client {
+		return as("system:serviceaccount:"+ns+":"+name, "system:serviceaccounts", "system:serviceaccounts:"+ns)
+	}
+	kvnet := sa(c.namespace, "pools-kvnet")
+	sync := sa("kv-sidecar", "kubevirt-synchronization-controller")
+
+	forged := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: name, Labels: map[string]string{migration.LabelPool: migration.PoolInCluster}},
+			Data:       map[string]string{"address": "10.10.0.9", "prefixLength": "24", "state": "idle", "node": "node-1"},
+		}
+	}
+	refusedByPolicy := func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "only kvnet's ServiceAccount may write migration address allocations")
+	}
+	// The policy takes effect once the API server has loaded it.
+	framework.Eventually(t, "the policy in force", time.Minute, func() error {
+		if err := cl.Create(ctx, forged("probe"), client.DryRunAll); !refusedByPolicy(err) {
+			return errNotYet{err}
+		}
+		return nil
+	})
+
+	if err := sync.Create(ctx, forged("kvnet-mig-ic-10-10-0-9")); !refusedByPolicy(err) {
+		t.Errorf("the synchronization controller's forged allocation: got %v, want the policy's refusal", err)
+	}
+	if err := cl.Create(ctx, forged("kvnet-mig-ic-10-10-0-9")); !refusedByPolicy(err) {
+		t.Errorf("a cluster admin's forged allocation: got %v, want the policy's refusal", err)
+	}
+	// The proxy's own ConfigMaps are not allocations.
+	mappings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "pools-kvnet-migration-proxy-mappings"}}
+	if err := sync.Create(ctx, mappings); err != nil {
+		t.Errorf("the proxy's mappings ConfigMap as the synchronization controller: %v", err)
+	}
+
+	// kvnet itself writes, changes and deletes them.
+	own := forged("kvnet-mig-ic-10-10-0-10")
+	if err := kvnet.Create(ctx, own); err != nil {
+		t.Fatalf("kvnet's own allocation: %v", err)
+	}
+	stolen := own.DeepCopy()
+	stolen.Data["node"] = "node-2"
+	if err := cl.Update(ctx, stolen); !refusedByPolicy(err) {
+		t.Errorf("a cluster admin's change of kvnet's allocation: got %v, want the policy's refusal", err)
+	}
+	unlabelled := own.DeepCopy()
+	unlabelled.Labels = nil
+	if err := cl.Update(ctx, unlabelled); !refusedByPolicy(err) {
+		t.Errorf("removing the pool label (the old object is an allocation): got %v, want the policy's refusal", err)
+	}
+	if err := cl.Delete(ctx, own); !refusedByPolicy(err) {
+		t.Errorf("a cluster admin's delete of kvnet's allocation (frees an address in use): got %v, want the policy's refusal", err)
+	}
+	own.Data["state"] = "bound"
+	if err := kvnet.Update(ctx, own); err != nil {
+		t.Errorf("kvnet's change of its allocation: %v", err)
+	}
+	if err := kvnet.Delete(ctx, own); err != nil {
+		t.Errorf("kvnet's delete of its allocation: %v", err)
+	}
+}
+
+type errNotYet struct{ err error }
+
+func (e errNotYet) Error() string {
+	if e.err == nil {
+		return "the forged allocation was admitted"
+	}
+	return e.err.Error()
+}
