@@ -26,7 +26,9 @@ import (
 // refused, while the proxy's own ConfigMaps stay writable.
 func TestChartPoolsPolicyAdmitsOnlyKvnet(t *testing.T) {
 	ctx := context.Background()
-	c := chartCase{release: "pools", namespace: "pools-system", values: sidecarValues}
+	// KubeVirt's namespace of its own: other tests install sidecarValues'
+	// and delete theirs, which takes a while to terminate.
+	c := chartCase{release: "pools", namespace: "pools-system", values: strings.ReplaceAll(sidecarValues, "kv-sidecar", "pools-kv")}
 	objs := render(t, c)
 	install(t, c, objs)
 	as := func(user string, groups ...string) client.Client {
@@ -42,7 +44,7 @@ func TestChartPoolsPolicyAdmitsOnlyKvnet(t *testing.T) {
 		return as("system:serviceaccount:"+ns+":"+name, "system:serviceaccounts", "system:serviceaccounts:"+ns)
 	}
 	kvnet := sa(c.namespace, "pools-kvnet")
-	sync := sa("kv-sidecar", "kubevirt-synchronization-controller")
+	sync := sa("pools-kv", "kubevirt-synchronization-controller")
 
 	forged := func(name string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{
