@@ -591,21 +591,6 @@ func TestChartCertificateWiringAgrees(t *testing.T) {
 	}
 }
 
-// configFromValues parses the chart's config value as kvnet would read it
-// from the rendered ConfigMap.
-func configFromValues(t *testing.T, vals map[string]any) *config.Config {
-	t.Helper()
-	raw, err := yaml.Marshal(vals["config"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := config.Parse(raw, "kvnet-system")
-	if err != nil {
-		t.Fatalf("chart config value: %v", err)
-	}
-	return c
-}
-
 // The sidecar kvnet's webhook injects runs the proxy exactly as the
 // separate Deployment does (same image, flags, mounts, resources), except
 // that it names kvnet's namespace (its pod runs in KubeVirt's) and always
