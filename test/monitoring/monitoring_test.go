@@ -52,6 +52,7 @@ const (
 	nadNamespace = "mon-migration"
 	goodConfig   = `
 migration:
+  namespace: mon-migration
   inCluster:
     nad: mon-migration/migration
     pool:
