@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -124,10 +125,21 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 		t.Fatal(err)
 	}
 	// The allocation kvnet writes for node-b's virt-handler, in kvnet's
-	// namespace: the proxy reads it with the chart's RBAC.
+	// namespace and as kvnet's ServiceAccount (the chart's pools policy
+	// refuses anyone else): the proxy reads it with the chart's RBAC.
+	var dep appsv1.Deployment
+	decodeKind(t, objs, "Deployment", &dep)
+	kvnetSA := dep.Spec.Template.Spec.ServiceAccountName
+	kcfg := rest.CopyConfig(testEnv.Config)
+	kcfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + c.namespace + ":" + kvnetSA,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"}}
+	asKvnet, err := client.New(kcfg, client.Options{Scheme: cl.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	handler := &migration.Allocation{Pool: migration.PoolInCluster, Address: netip.MustParseAddr("127.0.0.1"), PrefixLength: 24,
 		State: migration.StateBound, Node: "node-b", PodNamespace: "kubevirt", PodName: "virt-handler-b", PodUID: "uid-b"}
-	if err := cl.Create(ctx, handler.ToConfigMap(c.namespace)); err != nil {
+	if err := asKvnet.Create(ctx, handler.ToConfigMap(c.namespace)); err != nil {
 		t.Fatal(err)
 	}
 
