@@ -644,3 +644,58 @@ func TestChartSidecarRunsTheDeploymentsProxy(t *testing.T) {
 		t.Errorf("sidecar %s %v %v, Deployment %s %v %v", got.Image, mounts(got), got.Resources, want.Image, mounts(want), want.Resources)
 	}
 }
+
+// The proxy's source listeners accept only the virt-handlers by default:
+// without migrationProxy.allowedSources the chart passes the in-cluster
+// pool's CIDR, in sidecar mode and as a Deployment alike; an explicit list
+// wins.
+func TestChartProxyAllowedSourcesDefaultToThePool(t *testing.T) {
+	const noList = `
+migrationProxy: {enabled: true, sidecar: {namespace: kv-src}, certSecret: proxy-cert}
+config:
+  migration:
+    inCluster: {nad: kv-src/migration, pool: {cidr: 10.30.0.0/24}}
+    crossCluster: {nad: kv-src/crosscluster, addresses: [10.31.0.10/24, 10.31.0.11/24]}
+`
+	proxyArgs := func(values string) []string {
+		t.Helper()
+		objs := render(t, chartCase{release: "kvnet", namespace: "kvnet-src", values: values})
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), "-migration-proxy") {
+				var dep appsv1.Deployment
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &dep); err != nil {
+					t.Fatal(err)
+				}
+				return dep.Spec.Template.Spec.Containers[0].Args
+			}
+		}
+		var cm corev1.ConfigMap
+		decodeKind(t, objs, "ConfigMap", &cm)
+		cfg, err := config.Parse([]byte(cm.Data["config.yaml"]), "kvnet-src")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Migration.ProxySidecar.Container.Args
+	}
+	sources := func(args []string) []string {
+		var out []string
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--allowed-sources="); ok {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	for name, tc := range map[string]struct {
+		values string
+		want   []string
+	}{
+		"sidecar, no list":    {noList, []string{"10.30.0.0/24"}},
+		"deployment, no list": {strings.Replace(noList, "sidecar: {namespace: kv-src}", "sidecar: {enabled: false, namespace: kv-src}", 1), []string{"10.30.0.0/24"}},
+		"explicit list":       {strings.Replace(noList, "certSecret: proxy-cert}", "certSecret: proxy-cert, allowedSources: [10.30.0.0/28, 10.32.0.0/24]}", 1), []string{"10.30.0.0/28", "10.32.0.0/24"}},
+	} {
+		if got := sources(proxyArgs(tc.values)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: --allowed-sources %v, want %v", name, got, tc.want)
+		}
+	}
+}

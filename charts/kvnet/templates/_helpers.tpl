@@ -101,7 +101,7 @@ container:
     {{- end }}
     - --mode={{ $p.mode }}
     - --max-migrations={{ $p.maxMigrations }}
-    {{- range $p.allowedSources }}
+    {{- range (include "kvnet.proxyAllowedSources" $ | fromJsonArray) }}
     - --allowed-sources={{ . }}
     {{- end }}
     - --dial-timeout={{ $p.dialTimeout }}
@@ -182,4 +182,20 @@ config.Migration.HolderNamespaces returns for the config the chart renders
 {{- end -}}
 {{- end -}}
 {{- toJson ($ns | uniq | sortAlpha) -}}
+{{- end }}
+
+{{/*
+The clients the proxy's source listeners accept, as JSON:
+migrationProxy.allowedSources, else the in-cluster migration pool's CIDR
+(the virt-handlers dial from their migration0 addresses), so a relay is
+never open to every address by default.
+*/}}
+{{- define "kvnet.proxyAllowedSources" -}}
+{{- $p := .Values.migrationProxy -}}
+{{- if $p.allowedSources -}}
+{{- toJson $p.allowedSources -}}
+{{- else -}}
+{{- $cidr := dig "migration" "inCluster" "pool" "cidr" "" (.Values.config | default dict) -}}
+{{- if $cidr }}{{ toJson (list $cidr) }}{{ else }}[]{{ end -}}
+{{- end -}}
 {{- end }}
