@@ -118,13 +118,14 @@ func (cc *CrossClusterMigration) Selects(podLabels map[string]string) bool {
 // Admits reports whether a pod in namespace ns running as ServiceAccount sa
 // may hold in-cluster addresses; kubevirtNS is KubeVirt's namespace (see
 // Migration.Namespace). When it may not, reason says why, for metrics.
+// Parse has put the default holders in.
 func (ic *InClusterMigration) Admits(ns, sa, kubevirtNS string) (ok bool, reason string) {
-	return admits(ic.Holders, DefaultHandlerServiceAccount, ns, sa, kubevirtNS)
+	return admits(ic.Holders, ns, sa, kubevirtNS)
 }
 
 // Admits is InClusterMigration.Admits for the cross-cluster holders.
 func (cc *CrossClusterMigration) Admits(ns, sa, kubevirtNS string) (ok bool, reason string) {
-	return admits(cc.Holders, DefaultSyncServiceAccount, ns, sa, kubevirtNS)
+	return admits(cc.Holders, ns, sa, kubevirtNS)
 }
 
 // Reasons a pod that claims by its labels to hold migration addresses is
@@ -135,31 +136,31 @@ const (
 	NoKubeVirtNamespace     = "no-kubevirt-namespace"
 )
 
-func admits(holders []Holder, defSA, ns, sa, kubevirtNS string) (bool, string) {
-	if holders == nil {
-		holders = []Holder{{ServiceAccount: defSA}}
+// namespaceOf is the namespace of h's pods: its own, else KubeVirt's
+// (kubevirtNS); "" when neither is known.
+func (h Holder) namespaceOf(kubevirtNS string) string {
+	if h.Namespace != "" {
+		return h.Namespace
 	}
-	reason := NotHolderNamespace
-	known := false
+	return kubevirtNS
+}
+
+func admits(holders []Holder, ns, sa, kubevirtNS string) (bool, string) {
+	reason := NoKubeVirtNamespace
 	for _, h := range holders {
-		hns := h.Namespace
-		if hns == "" {
-			hns = kubevirtNS
-		}
-		if hns == "" {
+		hns := h.namespaceOf(kubevirtNS)
+		switch {
+		case hns == "":
 			continue
-		}
-		known = true
-		if hns != ns {
-			continue
-		}
-		if h.ServiceAccount == sa {
+		case hns != ns:
+			if reason == NoKubeVirtNamespace {
+				reason = NotHolderNamespace
+			}
+		case h.ServiceAccount == sa:
 			return true, ""
+		default:
+			reason = NotHolderServiceAccount
 		}
-		reason = NotHolderServiceAccount
-	}
-	if !known {
-		return false, NoKubeVirtNamespace
 	}
 	return false, reason
 }
@@ -169,30 +170,22 @@ func admits(holders []Holder, defSA, ns, sa, kubevirtNS string) (bool, string) {
 // KubeVirt's and migration.namespace leaves it to the KubeVirt CR, which
 // only admission knows.
 func (m *Migration) HolderNamespaces() []string {
+	var holders []Holder
+	if ic := m.InCluster; ic != nil {
+		holders = append(holders, ic.Holders...)
+	}
+	if cc := m.CrossCluster; cc != nil {
+		holders = append(holders, cc.Holders...)
+	}
 	var out []string
-	add := func(holders []Holder, defSA string) bool {
-		if holders == nil {
-			holders = []Holder{{ServiceAccount: defSA}}
+	for _, h := range holders {
+		ns := h.namespaceOf(m.Namespace)
+		if ns == "" {
+			return nil
 		}
-		for _, h := range holders {
-			ns := h.Namespace
-			if ns == "" {
-				ns = m.Namespace
-			}
-			if ns == "" {
-				return false
-			}
-			if !slices.Contains(out, ns) {
-				out = append(out, ns)
-			}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
 		}
-		return true
-	}
-	if ic := m.InCluster; ic != nil && !add(ic.Holders, DefaultHandlerServiceAccount) {
-		return nil
-	}
-	if cc := m.CrossCluster; cc != nil && !add(cc.Holders, DefaultSyncServiceAccount) {
-		return nil
 	}
 	slices.Sort(out)
 	return out
