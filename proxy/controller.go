@@ -46,10 +46,12 @@ type Controller struct {
 	Peers  []*Peer
 	Dialer *Dialer
 	// Limiter caps the migrations relayed at once (shared with the target
-	// side); AllowedSources and IdleTimeout are passed to each Relay.
+	// side); AllowedSources, IdleTimeout and MaxRelayConns (its MaxConns)
+	// are passed to each Relay.
 	Limiter        *Limiter
 	AllowedSources []netip.Prefix
 	IdleTimeout    time.Duration
+	MaxRelayConns  int
 	// Log is the controller's logger.
 	Log logr.Logger
 
@@ -192,7 +194,7 @@ func (c *Controller) ensureSession(log logr.Logger, key types.NamespacedName, re
 		s.mapping.Ports[remotePort] = local
 		r := &Relay{
 			Target: net.JoinHostPort(remote.Target, remotePort), DialTimeout: c.DialTimeout,
-			MigrationID: remote.MigrationID, Limiter: c.Limiter, AllowedSources: c.AllowedSources, IdleTimeout: c.IdleTimeout,
+			MigrationID: remote.MigrationID, Namespace: key.Namespace, Limiter: c.Limiter, MaxConns: c.MaxRelayConns, AllowedSources: c.AllowedSources, IdleTimeout: c.IdleTimeout,
 			Log: log.WithValues("migrationID", remote.MigrationID, "listen", ln.Addr().String()),
 		}
 		if peer != nil {

@@ -99,26 +99,26 @@ func echoHash(addr string) error {
 // TestLimiter: the cap counts migrations, not streams; a migration over it
 // waits, gets a freed slot, or is refused after the wait.
 func TestLimiter(t *testing.T) {
-	l := &Limiter{Max: 2, Wait: 200 * time.Millisecond}
+	l := &Limiter{Max: 2, PerNamespace: 2, Wait: 200 * time.Millisecond}
 	ctx := context.Background()
 	for _, id := range []string{"a", "a", "b"} {
-		if err := l.Acquire(ctx, id); err != nil {
+		if err := l.Acquire(ctx, "ns", id); err != nil {
 			t.Fatalf("acquire %s: %v", id, err)
 		}
 	}
-	if err := l.Acquire(ctx, "c"); !errors.Is(err, errOverCap) {
+	if err := l.Acquire(ctx, "ns", "c"); !errors.Is(err, errOverCap) {
 		t.Fatalf("third migration: got %v, want over the cap", err)
 	}
-	if err := l.Acquire(ctx, "b"); err != nil {
+	if err := l.Acquire(ctx, "ns", "b"); err != nil {
 		t.Fatalf("another stream of a migration holding a slot must not wait: %v", err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- (&Limiter{}).Acquire(ctx, "x") }()
+	go func() { got <- (&Limiter{}).Acquire(ctx, "ns", "x") }()
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
 	l.Wait = 30 * time.Second
-	go func() { got <- l.Acquire(ctx, "c") }()
+	go func() { got <- l.Acquire(ctx, "ns", "c") }()
 	l.Release("b")
 	l.Release("b") // b's last stream ends: c gets its slot
 	if err := <-got; err != nil {

@@ -48,6 +48,10 @@ var (
 		Name: "kvnet_proxy_idle_timeouts_total",
 		Help: "Streams closed because no byte moved for the idle timeout.",
 	})
+	queued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvnet_proxy_queued_streams",
+		Help: "Streams waiting for a migration slot (the cap or their namespace's share of it is taken).",
+	})
 	listeners = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kvnet_proxy_listeners",
 		Help: "Source-side listeners open for in-flight decentralized migrations.",
@@ -69,7 +73,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 		}
 	}
 	return metrics.Register(reg, connections, active, bytesRelayed, migrationBytes, dialErrors, refused,
-		acceptErrors, listenerReopens, idleTimeouts, listeners, bindingsHeld, caExchanges, caFailures, caLastSuccess)
+		acceptErrors, listenerReopens, idleTimeouts, queued, listeners, bindingsHeld, caExchanges, caFailures, caLastSuccess)
 }
 
 // streamCounters is one stream's handle on its migration's series.

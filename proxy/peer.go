@@ -82,6 +82,20 @@ type Dialer struct {
 	// LocalAddr, if set, is the address the hop connections leave from
 	// (the proxy's crosscluster0 address).
 	LocalAddr net.Addr
+	// VerdictWait bounds the wait for the peer's verdict once the preamble
+	// is sent: the peer binds the migration, may queue the stream behind
+	// its cap, then dials its virt-handler before it answers. Zero means
+	// VerdictWait(DefaultQueueWait, DefaultDialTimeout), what a peer with
+	// the default settings may take.
+	VerdictWait time.Duration
+}
+
+// VerdictWait is how long a source waits for the verdict of a peer whose
+// streams queue up to queueWait and dial for up to dialTimeout: never less
+// than the peer may legitimately take, so a queued stream is not given up
+// while it is about to be accepted.
+func VerdictWait(queueWait, dialTimeout time.Duration) time.Duration {
+	return DefaultHandshakeTimeout/2 + orDefault(queueWait, DefaultQueueWait) + orDefault(dialTimeout, DefaultDialTimeout) + time.Second
 }
 
 // Dial connects to peer, authenticates both sides and asks for the stream
@@ -167,6 +181,7 @@ func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byt
 		}
 		conn = raw
 	}
+	_ = raw.SetDeadline(time.Now().Add(orDefault(d.VerdictWait, VerdictWait(0, 0))))
 	if err := readVerdict(conn); err != nil {
 		_ = raw.Close()
 		return nil, err

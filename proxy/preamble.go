@@ -144,6 +144,10 @@ const (
 	RefusedBadPorts
 	RefusedAmbiguousMigration
 	RefusedTargetNotHandler
+	RefusedNamespaceShare
+	RefusedTooManyConnections
+	RefusedHandshakeRate
+	RefusedCAOfferRate
 )
 
 var refusalNames = map[Refusal]string{
@@ -166,6 +170,10 @@ var refusalNames = map[Refusal]string{
 	RefusedBadPorts:           "ports-not-kubevirts",
 	RefusedAmbiguousMigration: "ambiguous-migration",
 	RefusedTargetNotHandler:   "target-not-a-virt-handler",
+	RefusedNamespaceShare:     "namespace-over-share",
+	RefusedTooManyConnections: "too-many-connections",
+	RefusedHandshakeRate:      "handshake-rate",
+	RefusedCAOfferRate:        "ca-offer-rate",
 }
 
 func (r Refusal) String() string {

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -47,16 +48,28 @@ type Relay struct {
 	// (the in-cluster migration network): anything else is closed at once.
 	AllowedSources []netip.Prefix
 	// MigrationID labels the stream counters; Limiter, if set, caps the
-	// migrations relayed at once.
+	// migrations relayed at once and Namespace's share of them (the VMI's).
 	MigrationID string
+	Namespace   string
 	Limiter     *Limiter
+	// MaxConns caps the clients relayed at once; one more is closed at
+	// once (refusal too-many-connections). Zero means DefaultMaxRelayConns.
+	MaxConns int
 	// Log receives connection events; the zero logger discards them.
 	Log logr.Logger
 	// OnDialError, if set, is called when the upstream cannot be reached;
 	// OnRefused with each refused client. Tests observe failures with them.
 	OnDialError func(error)
 	OnRefused   func(Refusal)
+
+	conns atomic.Int64
 }
+
+// DefaultMaxRelayConns bounds the clients of one relay listener: a
+// migration opens one connection per port it announces (three at most) and
+// libvirt's parallel migration a few more on the main port; anything
+// beyond is not KubeVirt's and only costs descriptors and memory.
+const DefaultMaxRelayConns = 16
 
 // Serve accepts connections on ln and relays each until ctx is cancelled.
 // Cancelling ctx closes ln and every relayed connection; Serve returns only
@@ -186,13 +199,18 @@ func serveListener(ctx context.Context, ln net.Listener, log logr.Logger, filter
 func (r *Relay) handle(ctx context.Context, src net.Conn) {
 	log := r.Log.WithValues("client", src.RemoteAddr().String())
 	defer src.Close()
+	limit := int64(r.MaxConns)
+	if limit <= 0 {
+		limit = DefaultMaxRelayConns
+	}
+	defer r.conns.Add(-1)
+	if r.conns.Add(1) > limit {
+		r.refuse(log, RefusedTooManyConnections, nil)
+		return
+	}
 	if r.Limiter != nil && r.MigrationID != "" {
-		if err := r.Limiter.Acquire(ctx, r.MigrationID); err != nil {
-			refused.WithLabelValues("source", RefusedOverCap.String()).Inc()
-			log.Info("refused a stream: too many migrations in flight", "migrationID", r.MigrationID, "error", err.Error())
-			if r.OnRefused != nil {
-				r.OnRefused(RefusedOverCap)
-			}
+		if err := r.Limiter.Acquire(ctx, r.Namespace, r.MigrationID); err != nil {
+			r.refuse(log, overCapRefusal(err), err)
 			return
 		}
 		defer r.Limiter.Release(r.MigrationID)
@@ -208,6 +226,18 @@ func (r *Relay) handle(ctx context.Context, src net.Conn) {
 	}
 	defer dst.Close()
 	runStream(ctx, log, "source", r.MigrationID, r.IdleTimeout, src, dst)
+}
+
+func (r *Relay) refuse(log logr.Logger, reason Refusal, err error) {
+	refused.WithLabelValues("source", reason.String()).Inc()
+	if err != nil {
+		log.Info("refused a stream", "migrationID", r.MigrationID, "namespace", r.Namespace, "reason", reason.String(), "error", err.Error())
+	} else {
+		log.Info("refused a stream", "migrationID", r.MigrationID, "namespace", r.Namespace, "reason", reason.String())
+	}
+	if r.OnRefused != nil {
+		r.OnRefused(reason)
+	}
 }
 
 func (r *Relay) dial(ctx context.Context) (net.Conn, error) {

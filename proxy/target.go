@@ -249,15 +249,20 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		deny(RefusedOtherPeer, nil)
 		return
 	}
+	// The stream may now wait for a slot and then for the dial: the
+	// deadline covers both, or a queued stream would time out in the queue
+	// (the source waits as long, see VerdictWait).
+	dialTimeout := orDefault(s.DialTimeout, DefaultDialTimeout)
+	_ = raw.SetDeadline(time.Now().Add(s.Limiter.QueueWait() + dialTimeout + time.Second))
 	if s.Limiter != nil {
-		if err := s.Limiter.Acquire(ctx, pre.MigrationID); err != nil {
-			deny(RefusedOverCap, err)
+		if err := s.Limiter.Acquire(ctx, ep.Migration.Namespace, pre.MigrationID); err != nil {
+			deny(overCapRefusal(err), err)
 			return
 		}
 		defer s.Limiter.Release(pre.MigrationID)
 	}
 	target := net.JoinHostPort(ep.Address, port)
-	dctx, cancel := context.WithTimeout(ctx, orDefault(s.DialTimeout, DefaultDialTimeout))
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	var d net.Dialer
 	dst, err := d.DialContext(dctx, "tcp", target)
 	cancel()

@@ -101,6 +101,9 @@ container:
     {{- end }}
     - --mode={{ $p.mode }}
     - --max-migrations={{ $p.maxMigrations }}
+    {{- with $p.maxMigrationsPerNamespace }}
+    - --max-migrations-per-namespace={{ . }}
+    {{- end }}
     {{- range (include "kvnet.proxyAllowedSources" $ | fromJsonArray) }}
     - --allowed-sources={{ . }}
     {{- end }}

@@ -90,9 +90,13 @@ type ProxyOptions struct {
 	// listeners accept clients from.
 	AllowedSources []netip.Prefix
 	MaxMigrations  int
-	QueueWait      time.Duration
-	DialTimeout    time.Duration
-	IdleTimeout    time.Duration
+	// MaxPerNamespace is one namespace's share of MaxMigrations;
+	// MaxRelayConns caps each source listener's clients.
+	MaxPerNamespace int
+	MaxRelayConns   int
+	QueueWait       time.Duration
+	DialTimeout     time.Duration
+	IdleTimeout     time.Duration
 	// CASync keeps KubeVirt's CA bundles in step with the peers over the
 	// hop (needs the hop listener); KubeVirtNamespace is where kubevirt-ca
 	// and kubevirt-external-ca live; CASyncInterval is the periodic offer.
@@ -124,12 +128,12 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		return nil, fmt.Errorf("creating the proxy manager: %w", err)
 	}
 	log := ctrl.Log.WithName("migration-proxy")
-	limiter := &proxy.Limiter{Max: o.MaxMigrations, Wait: o.QueueWait}
+	limiter := &proxy.Limiter{Max: o.MaxMigrations, PerNamespace: o.MaxPerNamespace, Wait: o.QueueWait}
 	c := &proxy.Controller{
 		Address: o.AdvertiseAddress, DialTimeout: o.DialTimeout, Log: log,
 		Store: proxy.MappingStore{Namespace: o.Namespace}, Peers: o.Peers,
-		Dialer:  &proxy.Dialer{Cert: o.Cert, Mode: o.Mode},
-		Limiter: limiter, AllowedSources: o.AllowedSources, IdleTimeout: o.IdleTimeout,
+		Dialer:  &proxy.Dialer{Cert: o.Cert, Mode: o.Mode, VerdictWait: proxy.VerdictWait(o.QueueWait, o.DialTimeout)},
+		Limiter: limiter, AllowedSources: o.AllowedSources, IdleTimeout: o.IdleTimeout, MaxRelayConns: o.MaxRelayConns,
 	}
 	if err := proxy.Setup(mgr, c); err != nil {
 		return nil, fmt.Errorf("setting up the migration proxy: %w", err)
@@ -344,6 +348,8 @@ See docs/migration-proxy.md.`,
 	fs.StringVar(&modes, "accept-modes", "", "comma-separated hop modes accepted from peers (default both)")
 	fs.StringSliceVar(&sources, "allowed-sources", nil, "CIDRs the source listeners accept clients from (the in-cluster migration ranges)")
 	fs.IntVar(&o.MaxMigrations, "max-migrations", proxy.DefaultMaxMigrations, "migrations relayed at once; more wait --queue-wait, then are refused")
+	fs.IntVar(&o.MaxPerNamespace, "max-migrations-per-namespace", 0, "one namespace's share of --max-migrations (0: half of it, rounded up), so one tenant cannot hold every slot")
+	fs.IntVar(&o.MaxRelayConns, "max-relay-connections", proxy.DefaultMaxRelayConns, "clients one source listener relays at once; more are closed at once")
 	fs.DurationVar(&o.QueueWait, "queue-wait", proxy.DefaultQueueWait, "how long a migration over the cap waits for a slot")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout of each dial (peer proxy, target virt-handler)")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close a stream that moved no byte for this long")
