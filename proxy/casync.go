@@ -282,6 +282,11 @@ func (s *TargetServer) receiveCAs(ctx context.Context, log logr.Logger, peer *Pe
 		deny(RefusedCAExchangeOff, nil)
 		return
 	}
+	if _, caOffers := s.limiters(); !caOffers.allow(peer.Name, time.Now()) {
+		caFailed(peer.Name, caReceived, RefusedCAOfferRate.String())
+		deny(RefusedCAOfferRate, nil)
+		return
+	}
 	certs, err := ParseCABundle(o.Bundle, time.Now())
 	if err != nil {
 		caFailed(peer.Name, caReceived, RefusedBadCABundle.String())

@@ -9,10 +9,12 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -67,8 +69,48 @@ type TargetServer struct {
 	// one more is closed at once (refusal too-many-handshakes). Zero means
 	// DefaultMaxPendingHandshakes.
 	MaxPendingHandshakes int
+	// HandshakeRate and HandshakeBurst bound the connections one source
+	// address may open (per second, and at once after a quiet spell); one
+	// more is closed before the handshake (refusal handshake-rate). Zero
+	// means DefaultHandshakeRate, DefaultHandshakeBurst.
+	HandshakeRate  float64
+	HandshakeBurst int
+	// CAOfferEvery and CAOfferBurst bound one peer's CA offers (refusal
+	// ca-offer-rate); zero means DefaultCAOfferEvery, DefaultCAOfferBurst.
+	CAOfferEvery time.Duration
+	CAOfferBurst int
 
-	pending atomic.Int64
+	pending  atomic.Int64
+	rateOnce sync.Once
+	bySource *keyedLimiter
+	caOffers *keyedLimiter
+}
+
+func (s *TargetServer) limiters() (bySource, caOffers *keyedLimiter) {
+	s.rateOnce.Do(func() {
+		r, b := s.HandshakeRate, s.HandshakeBurst
+		if r <= 0 {
+			r = DefaultHandshakeRate
+		}
+		if b <= 0 {
+			b = DefaultHandshakeBurst
+		}
+		s.bySource = newKeyedLimiter(rate.Limit(r), b)
+		every, cb := orDefault(s.CAOfferEvery, DefaultCAOfferEvery), s.CAOfferBurst
+		if cb <= 0 {
+			cb = DefaultCAOfferBurst
+		}
+		s.caOffers = newKeyedLimiter(rate.Every(every), cb)
+	})
+	return s.bySource, s.caOffers
+}
+
+// sourceOf is the rate-limit key of a client: its IP, whatever its port.
+func sourceOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	return a.String()
 }
 
 // DefaultMaxPendingHandshakes bounds what unauthenticated clients can make
@@ -82,7 +124,18 @@ func (s *TargetServer) Serve(ctx context.Context, ln net.Listener) error {
 	if s.Bindings == nil {
 		s.Bindings = &memoryBindings{}
 	}
-	return serveListener(ctx, ln, s.Log, nil, func(ctx context.Context, c net.Conn) { s.handle(ctx, c) })
+	return serveListener(ctx, ln, s.Log, s.withinRate, func(ctx context.Context, c net.Conn) { s.handle(ctx, c) })
+}
+
+// withinRate is the accept loop's filter: a source past its handshake
+// rate is closed before any goroutine or TLS state exists for it.
+func (s *TargetServer) withinRate(c net.Conn) bool {
+	bySource, _ := s.limiters()
+	if bySource.allow(sourceOf(c.RemoteAddr()), time.Now()) {
+		return true
+	}
+	s.refuse(s.Log.WithValues("client", c.RemoteAddr().String()), "", RefusedHandshakeRate, nil)
+	return false
 }
 
 func (s *TargetServer) tlsConfig() *tls.Config {
