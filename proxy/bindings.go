@@ -75,9 +75,14 @@ func (m *memoryBindings) Bind(_ context.Context, b Binding) (bool, error) {
 // lock): of two replicas binding one ID at once, the second one's write
 // conflicts, it re-reads, finds the first one's entry and refuses. Reads go
 // to Reader (a cache of that one ConfigMap); the API is read only after a
-// conflict.
+// conflict or a cache miss.
+//
+// Like the mappings (MappingStore), the ConfigMap must exist unless Create
+// is set: while it is missing every stream is refused, and the refusal's
+// MissingObjectError names it.
 type BindingStore struct {
 	Namespace, Name string
+	Create          bool
 	// Reader is a cache of the ConfigMap, APIReader reads it live after a
 	// conflict, Client writes it.
 	Reader, APIReader client.Reader
@@ -118,6 +123,12 @@ func (s *BindingStore) Bind(ctx context.Context, b Binding) (bool, error) {
 	value, _ := json.Marshal(b) // cannot fail
 	var cm corev1.ConfigMap
 	err := s.Reader.Get(ctx, k, &cm)
+	if apierrors.IsNotFound(err) && !s.Create {
+		// The cache may not have a ConfigMap created a moment ago.
+		if err = s.APIReader.Get(ctx, k, &cm); apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("binding migration %q: %w", b.MigrationID, &MissingObjectError{Kind: "ConfigMap", Key: k})
+		}
+	}
 	for range maxBindConflicts {
 		if apierrors.IsNotFound(err) {
 			cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}, Data: map[string]string{key: string(value)}}

@@ -23,8 +23,15 @@ const DefaultMappingsName = "kvnet-migration-proxy-mappings"
 // (it makes the API server call the rewrite) and a hint for cache
 // freshness; whoever can edit a VMI can write it, so its content never
 // steers a stream.
+//
+// The ConfigMap must exist: the chart creates it, so that the proxy's
+// ServiceAccount (in sidecar mode KubeVirt's synchronization controller's)
+// needs no create in kvnet's namespace, where any ConfigMap it could
+// create might pose as one of kvnet's allocations. Only with Create set
+// (kvnet proxy --create-objects, outside the chart) does Put create it.
 type MappingStore struct {
 	Namespace, Name string
+	Create          bool
 }
 
 func (s MappingStore) key() types.NamespacedName {
@@ -54,6 +61,9 @@ func (s MappingStore) Put(ctx context.Context, c client.Client, vmi types.Namesp
 		if value == "" {
 			return nil
 		}
+		if !s.Create {
+			return fmt.Errorf("publishing the mapping of VMI %s: %w", vmi, &MissingObjectError{Kind: "ConfigMap", Key: k})
+		}
 		cm.Data = map[string]string{Key(vmi): value}
 		if err = c.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
 			err = c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
@@ -75,4 +85,16 @@ func (s MappingStore) Get(ctx context.Context, r client.Reader, vmi types.Namesp
 		return "", fmt.Errorf("reading the migration proxy mappings %s: %w", s.key(), err)
 	}
 	return cm.Data[Key(vmi)], nil
+}
+
+// MissingObjectError is an object in kvnet's namespace that the proxy
+// writes but does not create (the chart does, see MappingStore), and that
+// is not there. The message names it and both ways to make it.
+type MissingObjectError struct {
+	Kind string // ConfigMap or Lease
+	Key  types.NamespacedName
+}
+
+func (e *MissingObjectError) Error() string {
+	return fmt.Sprintf("%s %s does not exist: kvnet's chart creates it (helm upgrade restores it); without the chart create it, or run kvnet proxy with --create-objects and RBAC to create it", e.Kind, e.Key)
 }

@@ -92,7 +92,7 @@ func (r *bindingsRig) start(t *testing.T, ns string, leaderElect bool) *runningP
 		AdvertiseAddress: "127.0.0.1", HopListener: hop, Cert: r.pb.Cert,
 		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: r.pa.Pool}, {Name: "cluster-c", CAs: r.pc.Pool}},
 		MetricsAddr: "0", ProbeAddr: "0", Namespace: ns,
-		LeaderElect: leaderElect, LeaderElectionID: "kvnet-migration-proxy",
+		LeaderElect: leaderElect, LeaderElectionID: "kvnet-migration-proxy", CreateObjects: true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -139,7 +139,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 		mgr, err := app.NewProxyManager(restCfg, app.ProxyOptions{
 			AdvertiseAddress: "127.0.0.1", HopListener: hop, Cert: cert.Cert, Peers: peers,
 			CASync: true, KubeVirtNamespace: kvNS, CASyncInterval: time.Second,
-			MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace,
+			MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -265,7 +265,7 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 
 	// 2. The proxy opens relays and publishes them; the stored top-level
 	// fields now point at it.
-	mgr, err := app.NewProxyManager(env.Config, app.ProxyOptions{AdvertiseAddress: proxyAddr, MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace})
+	mgr, err := app.NewProxyManager(env.Config, app.ProxyOptions{AdvertiseAddress: proxyAddr, MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true})
 	if err != nil {
 		t.Fatal(err)
 	}

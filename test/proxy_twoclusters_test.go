@@ -203,7 +203,7 @@ func TestProxyTwoClusters(t *testing.T) {
 				AdvertiseAddress: tgtAdvertise, HopListener: hop, Cert: pb.Cert,
 				Peers:         []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}, {Name: "cluster-c", CAs: pc.Pool}},
 				MaxMigrations: 1, QueueWait: 300 * time.Millisecond,
-				MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace,
+				MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -215,7 +215,7 @@ func TestProxyTwoClusters(t *testing.T) {
 			mgrA, err := app.NewProxyManager(env.Config, app.ProxyOptions{
 				AdvertiseAddress: srcAddr, Cert: pa.Cert, Mode: mode, Peers: []*proxy.Peer{peerB},
 				AllowedSources: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
-				MetricsAddr:    "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace,
+				MetricsAddr:    "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -287,8 +287,10 @@ func wait(t *testing.T, what string, deadline time.Duration, exited <-chan struc
 // Sidecar mode: `kvnet proxy`, started with exactly the arguments of the
 // container kvnet's webhook injects (from the rendered config), as the
 // synchronization controller's ServiceAccount, syncs its caches and wins
-// the proxy's Lease in kvnet's namespace with the chart's RBAC alone. The
-// same RBAC lets that ServiceAccount write the mappings ConfigMap, the one
+// the proxy's Lease in kvnet's namespace with the chart's RBAC alone; while
+// that Lease (the chart's) is missing it says so by name, and takes it once
+// it is back. The same RBAC lets that ServiceAccount write the mappings
+// ConfigMap, the one
 // object the status rewrite trusts, and nobody else but kvnet itself: not
 // virt-handler, not virt-controller, not a user; nor may the sync
 // controller's ServiceAccount touch kvnet's other Lease or ConfigMaps by
@@ -326,10 +328,32 @@ config:
 	// flags win.
 	args := append(append([]string{}, ps.Container.Args...), "--advertise-address=127.0.0.1",
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", framework.FreePort(t)))
+	// Without the chart's Lease (as if deleted by hand) the proxy, which
+	// may not create one, names it in its log until it is back (as the next
+	// helm upgrade would restore it).
+	leaseKey := client.ObjectKey{Namespace: c.namespace, Name: "kvnet-migration-proxy"}
+	var chartLease coordinationv1.Lease
+	if err := cl.Get(ctx, leaseKey, &chartLease); err != nil {
+		t.Fatalf("the chart's proxy Lease: %v", err)
+	}
+	if err := cl.Delete(ctx, &chartLease); err != nil {
+		t.Fatal(err)
+	}
 	// POD_NAMESPACE is KubeVirt's, as in the sync controller's pod: the
 	// container's own --namespace must point it at kvnet's.
 	p := startAs(t, kvnet, args, "rbac-kubevirt", sa, "system:serviceaccounts", "system:serviceaccounts:rbac-kubevirt", "system:authenticated")
 	logs, done, waitErr := p.logs, p.done, &p.err
+	missing := "Lease " + leaseKey.String() + " does not exist"
+	wait(t, "the proxy to name its missing Lease", time.Minute, done, waitErr, func() error {
+		if !strings.Contains(logs.String(), missing) {
+			return fmt.Errorf("no %q in the log yet", missing)
+		}
+		return nil
+	})
+	chartLease.ResourceVersion, chartLease.UID = "", ""
+	if err := cl.Create(ctx, &chartLease); err != nil {
+		t.Fatal(err)
+	}
 	wait(t, "the proxy's Lease in kvnet's namespace", time.Minute, done, waitErr, func() error {
 		var l coordinationv1.Lease
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: "kvnet-migration-proxy"}, &l); err != nil {

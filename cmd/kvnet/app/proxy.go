@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -109,6 +110,12 @@ type ProxyOptions struct {
 	LeaderElect      bool
 	LeaderElectionID string
 	Namespace        string
+	// CreateObjects lets the proxy create its Lease and its mappings and
+	// bindings ConfigMaps in Namespace when they are missing. Off (the
+	// chart's way), the chart creates them and the proxy only gets and
+	// updates them, so its ServiceAccount needs no create there; a missing
+	// one is logged by name.
+	CreateObjects bool
 }
 
 // NewProxyManager builds the manager of `kvnet proxy`: the source-side
@@ -120,6 +127,12 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 	// A process runs one proxy manager, but tests build one per run
 	// (go test -count=N): the controller-name check is global.
 	mo.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
+	var lease *existingLease
+	if o.LeaderElect && !o.CreateObjects {
+		lease = &existingLease{key: types.NamespacedName{Namespace: o.Namespace, Name: o.LeaderElectionID}}
+		mo.LeaderElectionResourceLockInterface = lease
+		mo.RenewDeadline = ptr.To(leaderRenewDeadline)
+	}
 	if err := RegisterMetrics(ctrlmetrics.Registry); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -127,11 +140,16 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating the proxy manager: %w", err)
 	}
+	if lease != nil {
+		if err := lease.fill(restCfg, mgr); err != nil {
+			return nil, err
+		}
+	}
 	log := ctrl.Log.WithName("migration-proxy")
 	limiter := &proxy.Limiter{Max: o.MaxMigrations, PerNamespace: o.MaxPerNamespace, Wait: o.QueueWait}
 	c := &proxy.Controller{
 		Address: o.AdvertiseAddress, DialTimeout: o.DialTimeout, Log: log,
-		Store: proxy.MappingStore{Namespace: o.Namespace}, Peers: o.Peers,
+		Store: proxy.MappingStore{Namespace: o.Namespace, Create: o.CreateObjects}, Peers: o.Peers,
 		Dialer:  &proxy.Dialer{Cert: o.Cert, Mode: o.Mode, VerdictWait: proxy.VerdictWait(o.QueueWait, o.DialTimeout)},
 		Limiter: limiter, AllowedSources: o.AllowedSources, IdleTimeout: o.IdleTimeout, MaxRelayConns: o.MaxRelayConns,
 	}
@@ -149,7 +167,7 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		if err := mgr.Add(bc); err != nil {
 			return nil, err
 		}
-		bindings, err := proxy.SetupBindings(mgr, proxy.BindingStore{Namespace: o.Namespace}, bc, log.WithName("bindings"))
+		bindings, err := proxy.SetupBindings(mgr, proxy.BindingStore{Namespace: o.Namespace, Create: o.CreateObjects}, bc, log.WithName("bindings"))
 		if err != nil {
 			return nil, err
 		}
@@ -361,6 +379,7 @@ See docs/migration-proxy.md.`,
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "kvnet-migration-proxy", "lease name for leader election")
 	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "kvnet's namespace: the lease and the mappings ConfigMap")
+	fs.BoolVar(&o.CreateObjects, "create-objects", false, "create the lease (--leader-election-id) and the ConfigMaps kvnet-migration-proxy-mappings and kvnet-migration-proxy-bindings in --namespace when missing (needs create on leases and configmaps there); off: kvnet's chart creates them and a missing one is logged by name")
 	gofs := goFlagSet()
 	zo.BindFlags(gofs)
 	fs.AddGoFlagSet(gofs)
