@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,14 +17,14 @@ import (
 	"github.com/kvnet/kvnet/test/framework"
 )
 
-// The attack of issue 27, item 7: in sidecar mode the synchronization
-// controller's ServiceAccount holds the proxy's RBAC, `create` ConfigMaps
-// in kvnet's namespace among it, and kvnet trusts any ConfigMap there
-// labelled kvnet.io/migration-pool as an allocation. With the chart's
-// ValidatingAdmissionPolicy on the real API server, only kvnet's own
-// ServiceAccount may create, change or delete such a ConfigMap: the
-// synchronization controller's and even a cluster admin's writes are
-// refused, while the proxy's own ConfigMaps stay writable.
+// The attack of issue 27, item 7: kvnet trusts any ConfigMap of its
+// namespace labelled kvnet.io/migration-pool as an allocation. With the
+// chart's ValidatingAdmissionPolicy on the real API server, only kvnet's
+// own ServiceAccount may create, change or delete such a ConfigMap: even a
+// cluster admin's writes are refused, while other ConfigMaps stay
+// writable. (The synchronization controller's ServiceAccount, which holds
+// the proxy's RBAC in sidecar mode, may create no ConfigMap there at all:
+// TestChartSyncControllerCreatesNothingInKvnetNamespace.)
 func TestChartPoolsPolicyAdmitsOnlyKvnet(t *testing.T) {
 	ctx := context.Background()
 	// KubeVirt's namespace of its own: other tests install sidecarValues'
@@ -63,15 +64,18 @@ func TestChartPoolsPolicyAdmitsOnlyKvnet(t *testing.T) {
 		return nil
 	})
 
-	if err := sync.Create(ctx, forged("kvnet-mig-ic-10-10-0-9")); !refusedByPolicy(err) {
-		t.Errorf("the synchronization controller's forged allocation: got %v, want the policy's refusal", err)
-	}
 	if err := cl.Create(ctx, forged("kvnet-mig-ic-10-10-0-9")); !refusedByPolicy(err) {
 		t.Errorf("a cluster admin's forged allocation: got %v, want the policy's refusal", err)
 	}
-	// The proxy's own ConfigMaps are not allocations.
-	mappings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "pools-kvnet-migration-proxy-mappings"}}
-	if err := sync.Create(ctx, mappings); err != nil {
+	// ConfigMaps that are not allocations pass the policy.
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "pools-unlabelled"}}
+	if err := cl.Create(ctx, other); err != nil {
+		t.Errorf("an unlabelled ConfigMap as a cluster admin: %v", err)
+	}
+	// The proxy's own ConfigMaps (the chart's) are not allocations: the
+	// synchronization controller's ServiceAccount writes them.
+	mappings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "kvnet-migration-proxy-mappings"}}
+	if err := sync.Patch(ctx, mappings, client.RawPatch(types.MergePatchType, []byte(`{"data":{"tenant.vm1":"m"}}`))); err != nil {
 		t.Errorf("the proxy's mappings ConfigMap as the synchronization controller: %v", err)
 	}
 

@@ -14,11 +14,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -199,4 +201,75 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 		}
 		return nil
 	})
+}
+
+// The attack of issue 27, item 7, closed by RBAC: in sidecar mode the
+// proxy's Role belongs to KubeVirt's synchronization controller, and kvnet
+// trusts a ConfigMap of its namespace labelled kvnet.io/migration-pool as
+// an address allocation. Acting as that ServiceAccount (impersonation, on
+// an API server that enforces RBAC), creating any ConfigMap there (a forged
+// allocation, a look-alike of the proxy's, or the proxy's own mappings
+// after someone deleted them) or any Lease is forbidden by RBAC itself,
+// before the pools policy is even asked; it writes only the objects the
+// chart created. Events it may still create: kvnet reads none.
+func TestChartSyncControllerCreatesNothingInKvnetNamespace(t *testing.T) {
+	ctx := t.Context()
+	c := chartCase{release: "nocreate", namespace: "nocreate-system", values: strings.ReplaceAll(sidecarValues, "kv-sidecar", "nocreate-kv")}
+	objs := render(t, c)
+	install(t, c, objs)
+	cfg := rest.CopyConfig(testEnv.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nocreate-kv:kubevirt-synchronization-controller",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nocreate-kv", "system:authenticated"}}
+	sync, err := client.New(cfg, client.Options{Scheme: cl.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RBAC's refusal, not the pools policy's: the request never reaches
+	// admission.
+	refusedByRBAC := func(err error, resource string) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), `cannot create resource "`+resource+`"`)
+	}
+
+	forged := &migration.Allocation{Pool: migration.PoolInCluster, Address: netip.MustParseAddr("10.10.0.9"), PrefixLength: 24,
+		State: migration.StateIdle, Node: "node-1"}
+	mappings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: proxy.DefaultMappingsName}}
+	if err := cl.Delete(ctx, mappings); err != nil {
+		t.Fatal(err)
+	}
+	for what, cm := range map[string]*corev1.ConfigMap{
+		"a forged idle allocation": forged.ToConfigMap(c.namespace),
+		"an unlabelled ConfigMap":  {ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "kvnet-migration-proxy-mappings-2"}},
+		"the proxy's mappings, deleted": {ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: proxy.DefaultMappingsName},
+			Data: map[string]string{"tenant.vm1": "forged"}},
+	} {
+		if err := sync.Create(ctx, cm); !refusedByRBAC(err, "configmaps") {
+			t.Errorf("%s created by the synchronization controller: got %v, want RBAC's refusal", what, err)
+		}
+	}
+	for _, name := range []string{"nocreate-kvnet", "nocreate-kvnet-migration-proxy-2"} {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("sync-controller")}}
+		if err := sync.Create(ctx, l); !refusedByRBAC(err, "leases") {
+			t.Errorf("Lease %s created by the synchronization controller: got %v, want RBAC's refusal", name, err)
+		}
+	}
+	var list corev1.ConfigMapList
+	if err := cl.List(ctx, &list, client.InNamespace(c.namespace), client.HasLabels{migration.LabelPool}); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("allocations in kvnet's namespace after the attempts: %d, want none", len(list.Items))
+	}
+
+	// What it still writes: the chart's bindings ConfigMap, and events.
+	bindings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: proxy.DefaultBindingsName}}
+	if err := sync.Patch(ctx, bindings, client.RawPatch(types.MergePatchType, []byte(`{"data":{"m1":"{}"}}`))); err != nil {
+		t.Errorf("the chart's bindings ConfigMap patched by the synchronization controller: %v", err)
+	}
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "nocreate-proxy.leader"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: c.namespace, Name: "nocreate-kvnet-migration-proxy"},
+		Reason:         "LeaderElection", Message: "became leader", Type: corev1.EventTypeNormal}
+	if err := sync.Create(ctx, ev); err != nil {
+		t.Errorf("the leader election's event: %v", err)
+	}
 }

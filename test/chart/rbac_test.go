@@ -388,6 +388,12 @@ config:
 	saGroups := func(ns string) []string {
 		return []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
 	}
+	// It only ever needs get and update on what the chart created.
+	for _, res := range []struct{ group, resource string }{{"", "configmaps"}, {"coordination.k8s.io", "leases"}} {
+		if can(sa, saGroups("rbac-kubevirt"), "create", res.group, res.resource, c.namespace, "") {
+			t.Errorf("the sync controller's ServiceAccount may create %s in kvnet's namespace", res.resource)
+		}
+	}
 	const mappings = "kvnet-migration-proxy-mappings"
 	for _, verb := range []string{"get", "update", "patch"} {
 		if !can(sa, saGroups("rbac-kubevirt"), verb, "", "configmaps", c.namespace, mappings) {
