@@ -312,7 +312,8 @@ func startProxies(ctx context.Context, o Options, a, b *side, say sayFunc) error
 		args := append([]string{"proxy",
 			"--advertise-address", s.proxyAddr.String(),
 			"--peers", peersFile, "--cert-file", ff.crt, "--key-file", ff.key,
-			"--namespace", "kvnet-system", "--leader-elect=false",
+			// No chart here: the proxy creates its mappings and bindings.
+			"--namespace", "kvnet-system", "--leader-elect=false", "--create-objects",
 			"--metrics-bind-address", "0", "--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe),
 		}, extra...)
 		p, err := startChild(o.Kvnet, args, s.kubeconfig, filepath.Join(s.dir, "proxy.log"), probe)
