@@ -9,10 +9,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/internal/model/migrationid"
 )
 
 // ClusterResolver resolves receiving migrations from this cluster's
-// objects (the proxy's informer cache): the in-flight VMIM with
+// objects (the proxy's informer cache, which must have the
+// migrationid.IndexField index): the in-flight VMIM with
 // spec.receive.migrationID, and the target endpoint its VMI's
 // status.migrationState.targetState announces. The VMI CRD has no status
 // subresource, so whoever may create the VMI can write that status: the
@@ -39,31 +42,28 @@ func (e *ResolveError) Error() string { return e.Reason.String() + ": " + e.Err.
 func (e *ResolveError) Unwrap() error { return e.Err }
 
 // Resolve implements Resolver. A migration ID held by two live receiving
-// VMIMs (in any namespaces) is refused for both: the ID is what a peer
-// names, and a tenant who copies a victim's ID must neither receive the
-// victim's stream nor decide, by list order, whose it is. The announced
-// ports must be KubeVirt's (CheckMigrationPorts).
+// VMIMs (in any namespaces; live as migrationid.Live says) is refused for
+// both: the ID is what a peer names, and a tenant who copies a victim's ID
+// must neither receive the victim's stream nor decide, by list order, whose
+// it is. kvnet's admission refuses a second live holder of an ID
+// (validators.MigrationIDs); this refusal still stops two created at once,
+// or while admission was down. The announced ports must be KubeVirt's
+// (CheckMigrationPorts).
 func (r *ClusterResolver) Resolve(ctx context.Context, id string) (Endpoint, bool, error) {
 	var list kubevirtv1.VirtualMachineInstanceMigrationList
-	if err := r.Reader.List(ctx, &list); err != nil {
-		return Endpoint{}, false, fmt.Errorf("listing VirtualMachineInstanceMigrations: %w", err)
+	if err := r.Reader.List(ctx, &list, client.MatchingFields{migrationid.IndexField: migrationid.Key(migrationid.Receive, id)}); err != nil {
+		return Endpoint{}, false, fmt.Errorf("listing the live receiving VirtualMachineInstanceMigrations of migration ID %q: %w", id, err)
 	}
-	var found *kubevirtv1.VirtualMachineInstanceMigration
-	for i := range list.Items {
-		m := &list.Items[i]
-		if m.Spec.Receive == nil || m.Spec.Receive.MigrationID != id || m.IsFinal() || m.DeletionTimestamp != nil {
-			continue
-		}
-		if found != nil {
-			return Endpoint{}, false, &ResolveError{Reason: RefusedAmbiguousMigration,
-				Err: fmt.Errorf("receiving VMIMs %s/%s and %s/%s both carry migration ID %q", found.Namespace, found.Name, m.Namespace, m.Name, id)}
-		}
-		found = m
-	}
-	if found == nil {
+	switch len(list.Items) {
+	case 0:
 		return Endpoint{}, false, nil
+	case 1:
+	default:
+		a, b := &list.Items[0], &list.Items[1]
+		return Endpoint{}, false, &ResolveError{Reason: RefusedAmbiguousMigration,
+			Err: fmt.Errorf("receiving VMIMs %s/%s and %s/%s both carry migration ID %q", a.Namespace, a.Name, b.Namespace, b.Name, id)}
 	}
-	m := found
+	m := &list.Items[0]
 	var vmi kubevirtv1.VirtualMachineInstance
 	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}, &vmi); err != nil {
 		return Endpoint{}, false, client.IgnoreNotFound(err)

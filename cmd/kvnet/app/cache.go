@@ -1,10 +1,15 @@
 package app
 
 import (
+	"context"
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/internal/model/migrationid"
 )
 
 // lastApplied is kubectl's copy of the whole object in an annotation: often
@@ -95,4 +100,23 @@ func networking(spec *kubevirtv1.VirtualMachineInstanceSpec) kubevirtv1.VirtualM
 	out.Domain.Devices.Interfaces = spec.Domain.Devices.Interfaces
 	out.Domain.Devices.AutoattachPodInterface = spec.Domain.Devices.AutoattachPodInterface
 	return out
+}
+
+// indexMigrationIDs adds migrationid.IndexField to the VMIM informer of
+// idx (a manager's field indexer, before the manager starts): the proxy's
+// resolver and the migration-ids validator find the live holders of a
+// migration ID through it, an index lookup per question instead of a copy
+// of every VMIM of the cluster.
+func indexMigrationIDs(ctx context.Context, idx client.FieldIndexer) error {
+	err := idx.IndexField(ctx, &kubevirtv1.VirtualMachineInstanceMigration{}, migrationid.IndexField, func(o client.Object) []string {
+		m, ok := o.(*kubevirtv1.VirtualMachineInstanceMigration)
+		if !ok {
+			return nil
+		}
+		return migrationid.Keys(m)
+	})
+	if err != nil {
+		return fmt.Errorf("indexing VirtualMachineInstanceMigrations by migration ID: %w", err)
+	}
+	return nil
 }

@@ -178,6 +178,9 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		if err := mgr.Add(pools); err != nil {
 			return nil, err
 		}
+		if err := indexMigrationIDs(context.Background(), mgr.GetFieldIndexer()); err != nil {
+			return nil, err
+		}
 		resolver := &proxy.ClusterResolver{Reader: mgr.GetCache(), Handlers: migration.HandlerAddresses{Reader: pools, Namespace: o.Namespace}}
 		ts := &proxy.TargetServer{
 			Cert: o.Cert, Peers: o.Peers, Modes: o.Modes, Resolver: resolver,
