@@ -45,6 +45,23 @@ func RunValidators(ctx context.Context, req *Request, vs []Validator) (field.Err
 	return all, nil
 }
 
+// RunMigrationValidators runs every migration validator and joins their
+// errors.
+func RunMigrationValidators(ctx context.Context, req *MigrationRequest, vs []MigrationValidator) (field.ErrorList, error) {
+	var all field.ErrorList
+	for _, v := range vs {
+		err := step(ctx, "validator", v.Name(), KindVMIM, func() (bool, error) {
+			errs, err := v.ValidateMigration(ctx, req)
+			all = append(all, errs...)
+			return len(errs) > 0, err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return all, nil
+}
+
 // RunPodMutators runs ms in order, then records what they changed in the
 // pod's spec in its kvnet.io/mutations.
 func RunPodMutators(ctx context.Context, req *PodRequest, ms []PodMutator) error {

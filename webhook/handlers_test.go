@@ -10,6 +10,7 @@ import (
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/migrationid"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/validators"
@@ -144,6 +146,10 @@ func (failingFacts) PrimaryNetworks(_ context.Context, ns string) ([]*netattach.
 
 func (failingFacts) IPAMClaim(_ context.Context, ns, name string) (*ipamv1alpha1.IPAMClaim, error) {
 	return nil, fmt.Errorf("reading IPAMClaim %s/%s: %w", ns, name, errors.New("cache not synced"))
+}
+
+func (failingFacts) MigrationHolders(_ context.Context, role migrationid.Role, id string) ([]types.NamespacedName, error) {
+	return nil, fmt.Errorf("listing the live VirtualMachineInstanceMigrations with %s %q: %w", role.Path(), id, errors.New("cache not synced"))
 }
 
 func TestLookupFailureIs500WithContext(t *testing.T) {

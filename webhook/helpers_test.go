@@ -63,8 +63,11 @@ func exampleHandlers(t testing.TB) webhook.Handlers {
 // review builds the admission request the API server would send.
 func review(kind string, op admissionv1.Operation, namespace string, obj, old []byte) admission.Request {
 	resource := "virtualmachines"
-	if kind == chain.KindVMI {
+	switch kind {
+	case chain.KindVMI:
 		resource = "virtualmachineinstances"
+	case chain.KindVMIM:
+		resource = "virtualmachineinstancemigrations"
 	}
 	var meta struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`

@@ -63,6 +63,11 @@ func (r Registration) For(c *config.Config) Registration {
 // kvnet outage must not leave objects stuck in Terminating.
 var notDeleting = []admissionregv1.MatchCondition{{Name: "not-being-deleted", Expression: "!has(object.metadata.deletionTimestamp)"}}
 
+// decentralized sends kvnet only the VMIMs of decentralized migrations, the
+// ones with a migration ID: a node drain's migrations never wait on kvnet.
+// CREATE only: virt-api refuses any change to a VMIM's spec.
+var decentralized = []admissionregv1.MatchCondition{{Name: "decentralized-migration", Expression: "has(object.spec.receive) || has(object.spec.sendTo)"}}
+
 // Labels KubeVirt puts on its pods, which the pod webhooks select on.
 const (
 	KubeVirtLabel            = kubevirtv1.AppLabel
@@ -167,6 +172,13 @@ func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfigura
 				Name: "virtualmachineinstances.validate.kvnet.io", ClientConfig: client(PathValidateVMI),
 				Rules: rule("kubevirt.io", "virtualmachineinstances", create), NamespaceSelector: nsSel,
 				FailurePolicy: &fail, SideEffects: none, TimeoutSeconds: &timeout,
+				AdmissionReviewVersions: []string{"v1"},
+			},
+			{
+				Name: "virtualmachineinstancemigrations.validate.kvnet.io", ClientConfig: client(PathValidateVMIM),
+				Rules: rule("kubevirt.io", "virtualmachineinstancemigrations", create), NamespaceSelector: nsSel,
+				MatchConditions: decentralized,
+				FailurePolicy:   &fail, SideEffects: none, TimeoutSeconds: &timeout,
 				AdmissionReviewVersions: []string{"v1"},
 			},
 		},

@@ -47,8 +47,8 @@ func TestPodWebhooksOnlyWhenConfigNeedsThem(t *testing.T) {
 			if !slices.Equal(got, c.want) {
 				t.Errorf("mutating webhooks %v, want %v", got, c.want)
 			}
-			if len(v.Webhooks) != 2 {
-				t.Errorf("%d validating webhooks, want the VM and VMI ones", len(v.Webhooks))
+			if len(v.Webhooks) != 3 {
+				t.Errorf("%d validating webhooks, want the VM, VMI and VMIM ones", len(v.Webhooks))
 			}
 		})
 	}

@@ -20,6 +20,9 @@ const (
 	PathValidateVMI         = "/validate-virtualmachineinstances"
 	PathMutateLauncherPods  = "/mutate-launcher-pods"
 	PathMutateMigrationPods = "/mutate-migration-pods"
+	// PathValidateVMIM checks the VirtualMachineInstanceMigrations of
+	// decentralized migrations (MigrationValidator).
+	PathValidateVMIM = "/validate-virtualmachineinstancemigrations"
 	// PathMutateVMIMigrationStatus points a decentralized migration
 	// source's virt-handler at kvnet's migration proxy (package proxy).
 	PathMutateVMIMigrationStatus = "/mutate-vmi-migration-status"
@@ -39,6 +42,9 @@ type Chains struct {
 	LauncherPod []chain.PodMutator
 	// MigrationPod runs on virt-handler and synchronization-controller pods.
 	MigrationPod []chain.PodMutator
+	// MigrationValidators check the VirtualMachineInstanceMigrations of
+	// decentralized migrations.
+	MigrationValidators []chain.MigrationValidator
 }
 
 // NewHandlers builds every handler from one config source, one set of facts
@@ -52,6 +58,7 @@ func NewHandlers(cfg *config.Source, facts lookup.Facts, c Chains) Handlers {
 		PathValidateVMI:         &VMValidator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Validators: c.VMValidators},
 		PathMutateLauncherPods:  &PodMutator{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: c.LauncherPod},
 		PathMutateMigrationPods: &PodMutator{Name: "migration-pods", Config: cfg, Facts: facts, Mutators: c.MigrationPod},
+		PathValidateVMIM:        &MigrationValidator{Config: cfg, Facts: facts, Validators: c.MigrationValidators},
 	}
 }
 

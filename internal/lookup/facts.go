@@ -17,11 +17,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/lru"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kvnet/kvnet/internal/model/migrationid"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
@@ -42,6 +44,10 @@ type Facts interface {
 	// IPAMClaim returns the IPAMClaim, or nil (and no error) when it does
 	// not exist or the cluster has no IPAMClaim CRD. Callers only read it.
 	IPAMClaim(ctx context.Context, namespace, name string) (*ipamv1alpha1.IPAMClaim, error)
+	// MigrationHolders returns the live VirtualMachineInstanceMigrations
+	// (migrationid.Live) of every namespace that hold migration ID id in
+	// role, sorted by namespace and name.
+	MigrationHolders(ctx context.Context, role migrationid.Role, id string) ([]types.NamespacedName, error)
 }
 
 // Reader answers from a controller-runtime reader, normally the manager's
@@ -161,6 +167,26 @@ func (r *Reader) IPAMClaim(ctx context.Context, namespace, name string) (*ipamv1
 	return &c, nil
 }
 
+// MigrationHolders implements Facts, from the VMIM informer's
+// migrationid.IndexField index (which the wiring registers): an index
+// lookup, not a list of every VMIM of the cluster.
+func (r *Reader) MigrationHolders(ctx context.Context, role migrationid.Role, id string) ([]types.NamespacedName, error) {
+	var list kubevirtv1.VirtualMachineInstanceMigrationList
+	if err := r.List(ctx, &list, client.MatchingFields{migrationid.IndexField: migrationid.Key(role, id)}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the live VirtualMachineInstanceMigrations with %s %q: %w", role.Path(), id, err)
+	}
+	out := make([]types.NamespacedName, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, client.ObjectKeyFromObject(&list.Items[i]))
+	}
+	sortKeys(out)
+	return out, nil
+}
+
+func sortKeys(keys []types.NamespacedName) {
+	slices.SortFunc(keys, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+}
+
 // NamespaceMetadata is how Reader reads namespaces: metadata only (labels
 // are all it needs), so that a manager's cache holds a metadata-only
 // informer on them. Start that informer with this object.
@@ -209,6 +235,8 @@ type Snapshot struct {
 	Claims     map[string]*ipamv1alpha1.IPAMClaim // "ns/name"; the offline CLI has none
 	Namespaces map[string]map[string]string
 	KubeVirtCR *kubevirtv1.KubeVirt
+	// Migrations are the cluster's VMIMs; the offline CLI has none.
+	Migrations []kubevirtv1.VirtualMachineInstanceMigration
 }
 
 // NewSnapshot builds a snapshot from typed objects.
@@ -249,6 +277,20 @@ func (s *Snapshot) PrimaryNetworks(_ context.Context, namespace string) ([]*neta
 // IPAMClaim implements Facts.
 func (s *Snapshot) IPAMClaim(_ context.Context, namespace, name string) (*ipamv1alpha1.IPAMClaim, error) {
 	return s.Claims[namespace+"/"+name], nil
+}
+
+// MigrationHolders implements Facts, with the index's own keys
+// (migrationid.Keys), so that it answers as Reader does.
+func (s *Snapshot) MigrationHolders(_ context.Context, role migrationid.Role, id string) ([]types.NamespacedName, error) {
+	out := []types.NamespacedName{}
+	key := migrationid.Key(role, id)
+	for i := range s.Migrations {
+		if slices.Contains(migrationid.Keys(&s.Migrations[i]), key) {
+			out = append(out, client.ObjectKeyFromObject(&s.Migrations[i]))
+		}
+	}
+	sortKeys(out)
+	return out, nil
 }
 
 // KubeVirt implements Facts.

@@ -3,6 +3,7 @@ package lookup_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,12 +11,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/migrationid"
 )
 
 func scheme(t *testing.T) *runtime.Scheme {
@@ -168,5 +171,42 @@ func TestPrimaryNetworks(t *testing.T) {
 	first, _ := r.PrimaryNetworks(ctx, "a")
 	if again, _ := r.NAD(ctx, "a", "primary"); again != first[0] {
 		t.Error("a NAD listed for PrimaryNetworks was parsed again by NAD: the memo is not shared")
+	}
+}
+
+// Reader (through the cache index) and Snapshot (through the index's own
+// keys) name the same live holders of a migration ID, in every namespace,
+// sorted.
+func TestMigrationHolders(t *testing.T) {
+	ctx := context.Background()
+	mig := func(ns, name, recv string, phase kubevirtv1.VirtualMachineInstanceMigrationPhase) kubevirtv1.VirtualMachineInstanceMigration {
+		return kubevirtv1.VirtualMachineInstanceMigration{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm", Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: recv}},
+			Status:     kubevirtv1.VirtualMachineInstanceMigrationStatus{Phase: phase},
+		}
+	}
+	all := []kubevirtv1.VirtualMachineInstanceMigration{
+		mig("b", "in", "m1", kubevirtv1.MigrationRunning),
+		mig("a", "in", "m1", ""),
+		mig("c", "in", "m1", kubevirtv1.MigrationSucceeded),
+		mig("a", "other", "m2", kubevirtv1.MigrationRunning),
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme(t)).WithIndex(&kubevirtv1.VirtualMachineInstanceMigration{}, migrationid.IndexField,
+		func(o client.Object) []string {
+			return migrationid.Keys(o.(*kubevirtv1.VirtualMachineInstanceMigration))
+		})
+	for i := range all {
+		b = b.WithObjects(all[i].DeepCopy())
+	}
+	want := []types.NamespacedName{{Namespace: "a", Name: "in"}, {Namespace: "b", Name: "in"}}
+	for name, f := range map[string]lookup.Facts{"reader": lookup.NewReader(b.Build()), "snapshot": &lookup.Snapshot{Migrations: all}} {
+		got, err := f.MigrationHolders(ctx, migrationid.Receive, "m1")
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: holders of m1 = %v, %v; want %v", name, got, err, want)
+		}
+		if got, err := f.MigrationHolders(ctx, migrationid.Send, "m1"); err != nil || len(got) != 0 {
+			t.Errorf("%s: senders of m1 = %v, %v; want none", name, got, err)
+		}
 	}
 }

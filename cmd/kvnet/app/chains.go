@@ -24,6 +24,7 @@ type Extensions struct {
 // interfaces by the NAD they attach. Validators check what the mutators
 // left, and report every error they find. On launcher pods NetworkResources
 // runs last: it reads the Multus annotations as the others leave them.
+// VirtualMachineInstanceMigrations have validators of their own.
 func Chains(ext Extensions) webhook.Chains {
 	return webhook.Chains{
 		VM: []chain.Mutator{mutators.NetworkInjector{}, mutators.Addresses{}, mutators.VDPA{}, mutators.KubeOVN{}},
@@ -36,5 +37,8 @@ func Chains(ext Extensions) webhook.Chains {
 			ext.LauncherPod,
 			[]chain.PodMutator{mutators.NetworkResources{}}),
 		MigrationPod: ext.MigrationPod,
+		// Decentralized migrations: a migration ID is refused while another
+		// live VMIM of its role holds it.
+		MigrationValidators: []chain.MigrationValidator{validators.MigrationIDs{}},
 	}
 }

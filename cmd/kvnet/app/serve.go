@@ -133,6 +133,11 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 			return nil, fmt.Errorf("starting informer for %T: %w", obj, err)
 		}
 	}
+	// The migration-ids validator asks which live VMIMs hold a migration
+	// ID: an index on the VMIM informer (which the status rewrite reads too).
+	if err := indexMigrationIDs(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
 	facts := lookup.NewReader(mgr.GetCache())
 	if err := facts.WatchKubeVirt(ctx, mgr.GetCache()); err != nil {
 		return nil, err
