@@ -157,6 +157,9 @@ func proxyRoundTrip(addr string, size int) error {
 func TestProxyDecentralizedMigration(t *testing.T) {
 	ctx := context.Background()
 	ns := env.NewNamespace(t, nil)
+	// Unique in the run: a VMIM outlives its namespace in envtest, and
+	// kvnet refuses a migration ID a live VMIM still holds (go test -count=N).
+	migID := "mig-" + ns
 	proxyRegisterWebhook(t, ns)
 	proxyAddr := proxyAddress(t)
 
@@ -202,7 +205,7 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1-out", Labels: map[string]string{"kubevirt.io/vmi-name": "vm1"}},
 		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{
 			VMIName: "vm1",
-			SendTo:  &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: "mig-1", ConnectURL: "127.0.0.1:9185"},
+			SendTo:  &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: migID, ConnectURL: "127.0.0.1:9185"},
 		},
 	}
 	if err := env.Client.Create(ctx, vmim); err != nil {
@@ -294,8 +297,8 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if m.MigrationID != "mig-1" || m.Address != proxyAddr || m.Target != targetAddr || len(m.Ports) != 2 {
-			return fmt.Errorf("mapping %+v, want migration mig-1, address %s, target %s, 2 ports", m, proxyAddr, targetAddr)
+		if m.MigrationID != migID || m.Address != proxyAddr || m.Target != targetAddr || len(m.Ports) != 2 {
+			return fmt.Errorf("mapping %+v, want migration %s, address %s, target %s, 2 ports", m, migID, proxyAddr, targetAddr)
 		}
 		want := map[string]int{}
 		for remote, local := range m.Ports {
@@ -461,7 +464,7 @@ func TestProxyLeavesNonSourcesAlone(t *testing.T) {
 	srcMig := &kubevirtv1.VirtualMachineInstanceMigration{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "source-out", Labels: map[string]string{"kubevirt.io/vmi-name": "source"}},
 		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "source",
-			SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: "mig-out", ConnectURL: "127.0.0.1:9185"}},
+			SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: "mig-out-" + ns, ConnectURL: "127.0.0.1:9185"}},
 	}
 	if err := env.Client.Create(ctx, srcMig); err != nil {
 		t.Fatal(err)
@@ -492,7 +495,7 @@ func TestProxyLeavesNonSourcesAlone(t *testing.T) {
 		vmim *kubevirtv1.VirtualMachineInstanceMigrationSpec
 	}{
 		{name: "local", vmim: &kubevirtv1.VirtualMachineInstanceMigrationSpec{}},
-		{name: "target", vmim: &kubevirtv1.VirtualMachineInstanceMigrationSpec{Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: "mig-in"}}},
+		{name: "target", vmim: &kubevirtv1.VirtualMachineInstanceMigrationSpec{Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: "mig-in-" + ns}}},
 	} {
 		vmi := &kubevirtv1.VirtualMachineInstance{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tc.name},

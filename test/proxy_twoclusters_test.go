@@ -158,7 +158,11 @@ func TestProxyTwoClusters(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			ctx := context.Background()
 			pa, pb, pc, px := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b"), certstest.New(t, "cluster-c"), certstest.New(t, "intruder")
-			migID := "mig-" + mode.String()
+			// The source namespace names the migration: a VMIM outlives its
+			// namespace in envtest, and kvnet refuses a migration ID that a
+			// live VMIM of an earlier run (go test -count=N) still holds.
+			ns := env.NewNamespace(t, nil)
+			migID := "mig-" + ns
 			control, direct := newFakeTargetHandler(t, kv), newFakeTargetHandler(t, kv)
 			ports := map[string]int{control.port(): 0, direct.port(): 49152}
 
@@ -221,7 +225,6 @@ func TestProxyTwoClusters(t *testing.T) {
 				t.Fatal(err)
 			}
 			startProxy(t, mgrA)
-			ns := env.NewNamespace(t, nil)
 			proxyRegisterWebhook(t, ns)
 			vmi := &kubevirtv1.VirtualMachineInstance{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1"},
