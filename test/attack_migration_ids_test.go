@@ -1,0 +1,186 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/test/framework"
+)
+
+// The attack of issue 27, item 2, at admission: a tenant with KubeVirt's
+// edit rights in its own namespace copies a victim's migration ID into
+// VMIMs of its own, to receive (or send) in the victim's place or to make
+// the victim's migration ambiguous. Both copies are refused with a field
+// error naming the victim's VMIM, while the victim's own two ends of one
+// migration (a receiving and a sending VMIM with the same ID, both in this
+// cluster) are admitted. Each role's ID is free again once the victim's
+// VMIM of that role has ended, as virt-controller records it.
+func TestTenantCannotCopyAMigrationID(t *testing.T) {
+	ctx := context.Background()
+	victim, tenant := env.NewNamespace(t, nil), env.NewNamespace(t, nil)
+	owner, _ := kubevirtEditor(t, victim)
+	attacker, attackerName := kubevirtEditor(t, tenant)
+	controller := virtControllerVMIMs(t, victim)
+	id := "mig-" + victim // unique in the run: a VMIM outlives its namespace in envtest
+
+	allowed := func() float64 {
+		return migCounter(t, "kvnet_admission_requests_total", map[string]string{"webhook": "validate-" + chain.KindVMIM, "outcome": "allowed"})
+	}
+	beforeAllowed := allowed()
+	in, out := decentralizedVMIM(victim, "vm1-in", id, ""), decentralizedVMIM(victim, "vm1-out", "", id)
+	for _, m := range []*kubevirtv1.VirtualMachineInstanceMigration{in, out} {
+		if err := owner.Create(ctx, m); err != nil {
+			t.Fatalf("the victim's %s, one end of its migration %s: %v", m.Name, id, err)
+		}
+		env.WaitCached(t, &kubevirtv1.VirtualMachineInstanceMigration{}, client.ObjectKeyFromObject(m))
+	}
+	// An in-cluster migration (a node drain's) never reaches kvnet.
+	if err := attacker.Create(ctx, decentralizedVMIM(tenant, "in-cluster", "", "")); err != nil {
+		t.Fatalf("an in-cluster migration: %v", err)
+	}
+	if d := allowed() - beforeAllowed; d != 2 {
+		t.Errorf("kvnet admitted %v VMIMs, want the victim's 2: an in-cluster migration is not sent", d)
+	}
+	// virt-controller has the receiving end wait for the synchronization
+	// controller: in flight, still holding the ID.
+	setVMIMPhase(t, controller, in, kubevirtv1.MigrationWaitingForSync)
+
+	denied := func() float64 {
+		return migCounter(t, "kvnet_step_calls_total", map[string]string{"step": "migration-ids", "kind": chain.KindVMIM, "result": "denied"})
+	}
+	deniedLogs := func() int {
+		return env.Logs.Count("denied", "webhook", "validate-"+chain.KindVMIM, "namespace", tenant, "user", attackerName)
+	}
+	beforeSteps, beforeLogs := denied(), deniedLogs()
+	copyIn, copyOut := decentralizedVMIM(tenant, "copy-in", id, ""), decentralizedVMIM(tenant, "copy-out", "", id)
+	hasCause(t, attacker.Create(ctx, copyIn.DeepCopy()), "spec.receive.migrationID", "already used by live migration "+victim+"/vm1-in")
+	hasCause(t, attacker.Create(ctx, copyOut.DeepCopy()), "spec.sendTo.migrationID", "already used by live migration "+victim+"/vm1-out")
+	if d := denied() - beforeSteps; d != 2 {
+		t.Errorf("kvnet_step_calls_total{step=migration-ids,result=denied} rose by %v, want 2", d)
+	}
+	if d := deniedLogs() - beforeLogs; d != 2 {
+		t.Errorf("%d \"denied\" log lines name the tenant's VMIMs, want 2", d)
+	}
+
+	// The victim's migration received: the receiving ID is free, the
+	// sending one is still held.
+	setVMIMPhase(t, controller, in, kubevirtv1.MigrationSucceeded)
+	waitVMIMPhase(t, in, kubevirtv1.MigrationSucceeded)
+	if err := attacker.Create(ctx, copyIn.DeepCopy()); err != nil {
+		t.Fatalf("a receiving VMIM with the ID of a migration that succeeded: %v", err)
+	}
+	hasCause(t, attacker.Create(ctx, copyOut.DeepCopy()), "spec.sendTo.migrationID", "already used by live migration "+victim+"/vm1-out")
+	setVMIMPhase(t, controller, out, kubevirtv1.MigrationFailed)
+	waitVMIMPhase(t, out, kubevirtv1.MigrationFailed)
+	if err := attacker.Create(ctx, copyOut.DeepCopy()); err != nil {
+		t.Fatalf("a sending VMIM with the ID of a migration that failed: %v", err)
+	}
+}
+
+// decentralizedVMIM is a VMIM of ns/name that receives migration ID recv
+// and sends migration ID send ("" for neither).
+func decentralizedVMIM(ns, name, recv, send string) *kubevirtv1.VirtualMachineInstanceMigration {
+	m := &kubevirtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"},
+	}
+	if recv != "" {
+		m.Spec.Receive = &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: recv}
+	}
+	if send != "" {
+		m.Spec.SendTo = &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: send, ConnectURL: "sync.cluster-b.example:9185"}
+	}
+	return m
+}
+
+// kubevirtEditor is a tenant user with what KubeVirt's kubevirt.io:edit
+// ClusterRole grants on its core kinds, in ns only (a RoleBinding) and not
+// on their status subresources; the test acts as that user by
+// impersonation. It returns the client and the user's name.
+func kubevirtEditor(t *testing.T, ns string) (client.Client, string) {
+	t.Helper()
+	name := "kubevirt-editor-" + ns
+	mustCreate(t, env.Client, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubevirt-edit"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"kubevirt.io"},
+			Resources: []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancepresets", "virtualmachineinstancereplicasets", "virtualmachineinstancemigrations"},
+			Verbs:     []string{"get", "delete", "create", "update", "patch", "list", "watch", "deletecollection"}}},
+	})
+	mustCreate(t, env.Client, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubevirt-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubevirt-edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}},
+	})
+	return impersonating(t, rest.ImpersonationConfig{UserName: name, Groups: []string{"system:authenticated"}}), name
+}
+
+// virtControllerVMIMs is virt-controller's identity (its ServiceAccount,
+// impersonated) with its rights on VMIMs and their status in ns, for the
+// status writes the test makes in its place.
+func virtControllerVMIMs(t *testing.T, ns string) client.Client {
+	t.Helper()
+	const sa = "system:serviceaccount:kubevirt:kubevirt-controller"
+	mustCreate(t, env.Client, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-controller-vmims"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"kubevirt.io"},
+			Resources: []string{"virtualmachineinstancemigrations", "virtualmachineinstancemigrations/status"},
+			Verbs:     []string{"get", "list", "watch", "update", "patch"}}},
+	})
+	mustCreate(t, env.Client, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-controller-vmims"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "virt-controller-vmims"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kubevirt", Name: "kubevirt-controller"}},
+	})
+	return impersonating(t, rest.ImpersonationConfig{UserName: sa,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kubevirt", "system:authenticated"}})
+}
+
+func impersonating(t *testing.T, who rest.ImpersonationConfig) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = who
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// setVMIMPhase writes m's status.phase as virt-controller does, through
+// the status subresource.
+func setVMIMPhase(t *testing.T, c client.Client, m *kubevirtv1.VirtualMachineInstanceMigration, phase kubevirtv1.VirtualMachineInstanceMigrationPhase) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+		t.Fatal(err)
+	}
+	m.Status.Phase = phase
+	if err := c.Status().Update(ctx, m); err != nil {
+		t.Fatalf("virt-controller's phase %s on %s/%s: %v", phase, m.Namespace, m.Name, err)
+	}
+}
+
+// waitVMIMPhase waits until kvnet's cache, which admission reads, has m
+// in phase.
+func waitVMIMPhase(t *testing.T, m *kubevirtv1.VirtualMachineInstanceMigration, phase kubevirtv1.VirtualMachineInstanceMigrationPhase) {
+	t.Helper()
+	framework.Eventually(t, fmt.Sprintf("%s/%s %s in kvnet's cache", m.Namespace, m.Name, phase), framework.CacheTimeout, func() error {
+		var cur kubevirtv1.VirtualMachineInstanceMigration
+		if err := env.Manager.GetCache().Get(context.Background(), client.ObjectKeyFromObject(m), &cur); err != nil {
+			return err
+		}
+		if cur.Status.Phase != phase {
+			return fmt.Errorf("phase %q", cur.Status.Phase)
+		}
+		return nil
+	})
+}
