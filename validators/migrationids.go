@@ -36,10 +36,10 @@ func (MigrationIDs) Name() string { return "migration-ids" }
 
 // ValidateMigration implements chain.MigrationValidator.
 func (MigrationIDs) ValidateMigration(ctx context.Context, req *chain.MigrationRequest) (field.ErrorList, error) {
+	// The VMIM being created holds its IDs whatever phase its body claims:
+	// the API server drops a new VMIM's status (a status subresource), and
+	// a tenant must not skip the check by writing one.
 	m := req.Migration
-	if !migrationid.Live(m) {
-		return nil, nil // it holds no ID, so it cannot make one ambiguous
-	}
 	var errs field.ErrorList
 	for _, role := range migrationid.Roles {
 		id := migrationid.ID(m, role)

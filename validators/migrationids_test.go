@@ -57,19 +57,19 @@ func TestMigrationIDs(t *testing.T) {
 		m    kubevirtv1.VirtualMachineInstanceMigration
 		want field.ErrorList
 	}{
-		"in-cluster migration":    {m: vmim("tenant", "plain", "", "", "")},
-		"a fresh receive ID":      {m: vmim("tenant", "copy-in", "mig-new", "", "")},
-		"a copied receive ID":     {m: vmim("tenant", "copy-in", "mig-victim", "", ""), want: field.ErrorList{used(recvPath, "mig-victim", "victim/vm1-in", "receiving")}},
-		"a copied send ID":        {m: vmim("tenant", "copy-out", "", "mig-out", ""), want: field.ErrorList{used(sendPath, "mig-out", "victim/vm2-out", "sending")}},
-		"every holder is named":   {m: vmim("tenant", "copy-in", "mig-twice", "", ""), want: field.ErrorList{used(recvPath, "mig-twice", "other/vm5-in, victim/vm6-in", "receiving")}},
-		"the other end, receive":  {m: vmim("tenant", "vm2-in", "mig-out", "", "")},
-		"the other end, send":     {m: vmim("tenant", "vm1-out", "", "mig-victim", "")},
-		"both ends, both taken":   {m: vmim("tenant", "both", "mig-both", "mig-both", ""), want: field.ErrorList{used(recvPath, "mig-both", "victim/vm7", "receiving"), used(sendPath, "mig-both", "victim/vm7", "sending")}},
-		"ID of a succeeded VMIM":  {m: vmim("tenant", "again-in", "mig-done", "", "")},
-		"ID of a failed VMIM":     {m: vmim("tenant", "again-in", "mig-failed", "", "")},
-		"ID of a VMIM being gone": {m: vmim("tenant", "again-in", "mig-deleting", "", "")},
-		"itself":                  {m: vmim("victim", "vm1-in", "mig-victim", "", kubevirtv1.MigrationWaitingForSync)},
-		"a final VMIM holds none": {m: vmim("tenant", "old-in", "mig-victim", "", kubevirtv1.MigrationFailed)},
+		"in-cluster migration":      {m: vmim("tenant", "plain", "", "", "")},
+		"a fresh receive ID":        {m: vmim("tenant", "copy-in", "mig-new", "", "")},
+		"a copied receive ID":       {m: vmim("tenant", "copy-in", "mig-victim", "", ""), want: field.ErrorList{used(recvPath, "mig-victim", "victim/vm1-in", "receiving")}},
+		"a copied send ID":          {m: vmim("tenant", "copy-out", "", "mig-out", ""), want: field.ErrorList{used(sendPath, "mig-out", "victim/vm2-out", "sending")}},
+		"every holder is named":     {m: vmim("tenant", "copy-in", "mig-twice", "", ""), want: field.ErrorList{used(recvPath, "mig-twice", "other/vm5-in, victim/vm6-in", "receiving")}},
+		"the other end, receive":    {m: vmim("tenant", "vm2-in", "mig-out", "", "")},
+		"the other end, send":       {m: vmim("tenant", "vm1-out", "", "mig-victim", "")},
+		"both ends, both taken":     {m: vmim("tenant", "both", "mig-both", "mig-both", ""), want: field.ErrorList{used(recvPath, "mig-both", "victim/vm7", "receiving"), used(sendPath, "mig-both", "victim/vm7", "sending")}},
+		"ID of a succeeded VMIM":    {m: vmim("tenant", "again-in", "mig-done", "", "")},
+		"ID of a failed VMIM":       {m: vmim("tenant", "again-in", "mig-failed", "", "")},
+		"ID of a VMIM being gone":   {m: vmim("tenant", "again-in", "mig-deleting", "", "")},
+		"itself":                    {m: vmim("victim", "vm1-in", "mig-victim", "", kubevirtv1.MigrationWaitingForSync)},
+		"a final phase in the body": {m: vmim("tenant", "copy-in", "mig-victim", "", kubevirtv1.MigrationSucceeded), want: field.ErrorList{used(recvPath, "mig-victim", "victim/vm1-in", "receiving")}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := c.m
