@@ -88,7 +88,7 @@ func FuzzVMHandlers(f *testing.F) {
 }
 
 // FuzzAdmissionReview posts arbitrary bodies to every handler (VM and VMI
-// mutate and validate, launcher and migration pods) as the webhook server
+// mutate and validate, launcher and migration pods, VMIMs) as the webhook server
 // mounts them. The server always answers with an AdmissionReview;
 // an undecodable review is a 400, never a 500.
 func FuzzAdmissionReview(f *testing.F) {
@@ -105,6 +105,16 @@ func FuzzAdmissionReview(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","operation":"CREATE","object":"x"}}`))
 	f.Add([]byte(`not json`))
+	for _, s := range []string{
+		`{"metadata":{"name":"m","namespace":"tenant-a"},"spec":{"vmiName":"vm","receive":{"migrationID":"mig"}}}`,
+		`{"metadata":{"name":"m"},"spec":{"vmiName":"vm","sendTo":{"migrationID":"mig","connectURL":"x:9185"},"receive":{"migrationID":7}}}`,
+	} {
+		rq := review(chain.KindVMIM, admissionv1.Create, "tenant-a", []byte(s), nil).AdmissionRequest
+		ar := admissionv1.AdmissionReview{Request: &rq}
+		ar.APIVersion, ar.Kind = "admission.k8s.io/v1", "AdmissionReview"
+		b, _ := json.Marshal(ar)
+		f.Add(b)
+	}
 	for _, s := range podSeeds() {
 		rq := podReview(admissionv1.Update, "tenant-a", nil, nil).AdmissionRequest
 		ar := admissionv1.AdmissionReview{Request: &rq}
