@@ -73,7 +73,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 		}
 	}
 	return metrics.Register(reg, connections, active, bytesRelayed, migrationBytes, dialErrors, refused,
-		acceptErrors, listenerReopens, idleTimeouts, queued, listeners, bindingsHeld, caExchanges, caFailures, caLastSuccess)
+		acceptErrors, listenerReopens, idleTimeouts, queued, listeners, caReloads, bindingsHeld, caExchanges, caFailures, caLastSuccess)
 }
 
 // streamCounters is one stream's handle on its migration's series.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,8 +24,12 @@ type Peer struct {
 	// order.
 	Addresses []string
 	// CAs verify the peer's certificate, when it serves (as the target) and
-	// when it dials (as the source).
+	// when it dials (as the source); SetCAs replaces them while streams
+	// run (the CA reloader does, when CAFile changes).
 	CAs *x509.CertPool
+	// CAFile, if set, is the PEM file CAs were read from: a CAReloader
+	// reads it again when it changes.
+	CAFile string
 	// ServerName is the name the peer's serving certificate must carry;
 	// empty means Name.
 	ServerName string
@@ -32,7 +37,20 @@ type Peer struct {
 	// lead to this peer (its synchronization controller addresses). With a
 	// single peer configured they may be left empty.
 	ConnectHosts []string
+
+	reloaded atomic.Pointer[x509.CertPool]
 }
+
+// Pool is the peer's CAs now: the last SetCAs, else CAs.
+func (p *Peer) Pool() *x509.CertPool {
+	if pool := p.reloaded.Load(); pool != nil {
+		return pool
+	}
+	return p.CAs
+}
+
+// SetCAs replaces the peer's CAs for every handshake from now on.
+func (p *Peer) SetCAs(pool *x509.CertPool) { p.reloaded.Store(pool) }
 
 func (p *Peer) serverName() string {
 	if p.ServerName != "" {
@@ -44,14 +62,15 @@ func (p *Peer) serverName() string {
 // verifyChain reports whether leaf (with the intermediates the peer sent)
 // chains to this peer's CAs for the given use.
 func (p *Peer) verifyChain(certs []*x509.Certificate, usage x509.ExtKeyUsage) bool {
-	if len(certs) == 0 || p.CAs == nil {
+	pool := p.Pool()
+	if len(certs) == 0 || pool == nil {
 		return false
 	}
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	_, err := certs[0].Verify(x509.VerifyOptions{Roots: p.CAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
 	return err == nil
 }
 
@@ -60,20 +79,31 @@ func (p *Peer) verifyChain(certs []*x509.Certificate, usage x509.ExtKeyUsage) bo
 // no session tickets: a ticket the server sends after the handshake would
 // be read, and buffered with what follows it, by the client's TLS layer,
 // which authenticated mode leaves after the preamble.
-func tlsBase(cert tls.Certificate) *tls.Config {
-	return &tls.Config{
+func tlsBase(cert tls.Certificate, get func() (*tls.Certificate, error)) *tls.Config {
+	cfg := &tls.Config{
 		MinVersion:                  tls.VersionTLS13,
-		Certificates:                []tls.Certificate{cert},
 		DynamicRecordSizingDisabled: true,
 		SessionTicketsDisabled:      true,
 	}
+	if get == nil {
+		cfg.Certificates = []tls.Certificate{cert}
+		return cfg
+	}
+	// A reloaded certificate serves the next handshake, as server and as
+	// client alike.
+	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return get() }
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return get() }
+	return cfg
 }
 
 // Dialer is the source end of the hop: it opens a stream to a peer proxy
 // for one migration port.
 type Dialer struct {
-	// Cert is this proxy's certificate (client and server use).
-	Cert tls.Certificate
+	// Cert is this proxy's certificate (client and server use); GetCert,
+	// if set, is asked instead at every handshake (a certwatcher's, so a
+	// renewed certificate is used without a restart).
+	Cert    tls.Certificate
+	GetCert func() (*tls.Certificate, error)
 	// Mode is the hop mode this proxy asks for.
 	Mode Mode
 	// Timeout bounds connect, handshake, preamble and verdict; zero means
@@ -137,8 +167,8 @@ func (d *Dialer) handshake(ctx context.Context, peer *Peer, addr string) (tc *tl
 	}
 	deadline, _ := ctx.Deadline()
 	_ = raw.SetDeadline(deadline)
-	cfg := tlsBase(d.Cert)
-	cfg.RootCAs = peer.CAs
+	cfg := tlsBase(d.Cert, d.GetCert)
+	cfg.RootCAs = peer.Pool()
 	cfg.ServerName = peer.serverName()
 	under, records := underTLS(raw)
 	tc = tls.Client(under, cfg)

@@ -41,8 +41,10 @@ type Resolver interface {
 // dials only addresses that a receiving migration of its own cluster
 // announces, never one a peer names, so it is no open relay.
 type TargetServer struct {
-	// Cert is this proxy's certificate.
-	Cert tls.Certificate
+	// Cert is this proxy's certificate; GetCert, if set, is asked instead
+	// at every handshake (see Dialer.GetCert).
+	Cert    tls.Certificate
+	GetCert func() (*tls.Certificate, error)
 	// Peers are the trusted peer proxies; a stream is accepted only from a
 	// certificate that chains to one of their CAs.
 	Peers []*Peer
@@ -139,7 +141,7 @@ func (s *TargetServer) withinRate(c net.Conn) bool {
 }
 
 func (s *TargetServer) tlsConfig() *tls.Config {
-	cfg := tlsBase(s.Cert)
+	cfg := tlsBase(s.Cert, s.GetCert)
 	// The chain is checked against each peer's own CAs below, so that the
 	// peer is known by name, not merely as "some trusted CA".
 	cfg.ClientAuth = tls.RequestClientCert

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,6 +21,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -83,10 +85,15 @@ type ProxyOptions struct {
 	// Cert is this proxy's certificate for the hop; Peers the other
 	// clusters' proxies; Mode the hop mode this proxy asks for; Modes the
 	// hop modes it accepts (empty: both).
-	Cert  tls.Certificate
-	Peers []*proxy.Peer
-	Mode  proxy.Mode
-	Modes []proxy.Mode
+	Cert tls.Certificate
+	// CertFile and KeyFile, when set, are where Cert is read from and
+	// read again on change (controller-runtime's certwatcher), so a
+	// cert-manager renewal needs no restart; the peers' CA files are
+	// reloaded too (proxy.CAReloader).
+	CertFile, KeyFile string
+	Peers             []*proxy.Peer
+	Mode              proxy.Mode
+	Modes             []proxy.Mode
 	// AllowedSources are the in-cluster migration ranges the source
 	// listeners accept clients from.
 	AllowedSources []netip.Prefix
@@ -146,11 +153,18 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		}
 	}
 	log := ctrl.Log.WithName("migration-proxy")
+	if err := proxy.CheckPeers(o.Peers); err != nil {
+		return nil, fmt.Errorf("--peers: %w", err)
+	}
+	getCert, err := watchCertificate(mgr, o, log)
+	if err != nil {
+		return nil, err
+	}
 	limiter := &proxy.Limiter{Max: o.MaxMigrations, PerNamespace: o.MaxPerNamespace, Wait: o.QueueWait}
 	c := &proxy.Controller{
 		Address: o.AdvertiseAddress, DialTimeout: o.DialTimeout, Log: log,
 		Store: proxy.MappingStore{Namespace: o.Namespace, Create: o.CreateObjects}, Peers: o.Peers,
-		Dialer:  &proxy.Dialer{Cert: o.Cert, Mode: o.Mode, VerdictWait: proxy.VerdictWait(o.QueueWait, o.DialTimeout)},
+		Dialer:  &proxy.Dialer{Cert: o.Cert, GetCert: getCert, Mode: o.Mode, VerdictWait: proxy.VerdictWait(o.QueueWait, o.DialTimeout)},
 		Limiter: limiter, AllowedSources: o.AllowedSources, IdleTimeout: o.IdleTimeout, MaxRelayConns: o.MaxRelayConns,
 	}
 	if err := proxy.Setup(mgr, c); err != nil {
@@ -183,7 +197,7 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		}
 		resolver := &proxy.ClusterResolver{Reader: mgr.GetCache(), Handlers: migration.HandlerAddresses{Reader: pools, Namespace: o.Namespace}}
 		ts := &proxy.TargetServer{
-			Cert: o.Cert, Peers: o.Peers, Modes: o.Modes, Resolver: resolver,
+			Cert: o.Cert, GetCert: getCert, Peers: o.Peers, Modes: o.Modes, Resolver: resolver,
 			Limiter: limiter, DialTimeout: o.DialTimeout, IdleTimeout: o.IdleTimeout, Log: log.WithName("hop"),
 			Bindings: bindings,
 		}
@@ -210,6 +224,37 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// watchCertificate reloads the proxy's certificate from o.CertFile (nil
+// without one: o.Cert serves as given) and the peers' CA files, both as
+// manager runnables on every replica.
+func watchCertificate(mgr manager.Manager, o ProxyOptions, log logr.Logger) (func() (*tls.Certificate, error), error) {
+	var peerFiles bool
+	for _, p := range o.Peers {
+		peerFiles = peerFiles || p.CAFile != ""
+	}
+	if peerFiles {
+		if err := mgr.Add(&proxy.CAReloader{Peers: o.Peers, Log: log.WithName("peer-cas")}); err != nil {
+			return nil, err
+		}
+	}
+	if o.CertFile == "" {
+		return nil, nil
+	}
+	cw, err := certwatcher.New(o.CertFile, o.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--cert-file/--key-file: %w", err)
+	}
+	cw.RegisterCallback(func(c tls.Certificate) {
+		if c.Leaf != nil {
+			log.Info("proxy certificate reloaded", "file", o.CertFile, "notAfter", c.Leaf.NotAfter)
+		}
+	})
+	if err := mgr.Add(cw); err != nil {
+		return nil, err
+	}
+	return func() (*tls.Certificate, error) { return cw.GetCertificate(nil) }, nil
 }
 
 // PeerFile is the format of --peers: the other clusters' proxies.
@@ -264,7 +309,10 @@ func LoadPeers(path string) ([]*proxy.Peer, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("%s.caFile %s: no PEM certificate", field, p.CAFile)
 		}
-		out = append(out, &proxy.Peer{Name: p.Name, Addresses: p.Addresses, CAs: pool, ServerName: p.ServerName, ConnectHosts: p.ConnectHosts})
+		out = append(out, &proxy.Peer{Name: p.Name, Addresses: p.Addresses, CAs: pool, CAFile: p.CAFile, ServerName: p.ServerName, ConnectHosts: p.ConnectHosts})
+	}
+	if err := proxy.CheckPeers(out); err != nil {
+		return nil, fmt.Errorf("--peers %s: %w", path, err)
 	}
 	return out, nil
 }
@@ -340,6 +388,7 @@ See docs/migration-proxy.md.`,
 				if o.Cert, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 					return fmt.Errorf("--cert-file/--key-file: %w", err)
 				}
+				o.CertFile, o.KeyFile = certFile, keyFile
 			}
 			if len(o.AllowedSources) == 0 {
 				log.Info("no --allowed-sources: the source listeners accept any client; set the in-cluster migration ranges")
