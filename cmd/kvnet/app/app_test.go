@@ -152,3 +152,37 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version -o xml: err = %v, want one naming --output", err)
 	}
 }
+
+// Both commands refuse plain-HTTP metrics on a non-loopback address before
+// they read anything else, naming the flags; --metrics-secure alone means
+// true (the default).
+func TestMetricsFlagsRefusePlainHTTPOffLoopback(t *testing.T) {
+	for _, cmd := range []string{"webhook", "proxy"} {
+		for _, args := range [][]string{
+			{"--metrics-secure=false"},
+			{"--metrics-secure=false", "--metrics-bind-address=0.0.0.0:8080"},
+			{"--metrics-secure=false", "--metrics-bind-address=192.0.2.1:8080"},
+		} {
+			_, _, err := run(t, "", append([]string{cmd}, args...)...)
+			if err == nil || !strings.Contains(err.Error(), "--metrics-bind-address") || !strings.Contains(err.Error(), "--metrics-secure=false") || !strings.Contains(err.Error(), "loopback") {
+				t.Errorf("kvnet %s %v: err = %v, want the loopback refusal naming both flags", cmd, args, err)
+			}
+		}
+	}
+	// Accepted: the run goes on to its next step and fails there instead
+	// (no config file here, no --advertise-address).
+	for cmd, next := range map[string]string{"webhook": "config", "proxy": "--advertise-address"} {
+		for _, args := range [][]string{
+			{"--metrics-secure=false", "--metrics-bind-address=127.0.0.1:8080", "--config=/nonexistent/config.yaml"},
+			{"--metrics-secure", "--config=/nonexistent/config.yaml"},
+		} {
+			if cmd == "proxy" {
+				args = args[:len(args)-1]
+			}
+			_, _, err := run(t, "", append([]string{cmd}, args...)...)
+			if err == nil || strings.Contains(err.Error(), "--metrics") || !strings.Contains(err.Error(), next) {
+				t.Errorf("kvnet %s %v: err = %v, want it past the metrics flags (failing on %s)", cmd, args, err, next)
+			}
+		}
+	}
+}

@@ -112,7 +112,14 @@ type ProxyOptions struct {
 	KubeVirtNamespace string
 	CASyncInterval    time.Duration
 
+	// MetricsAddr, MetricsInsecure and MetricsCertDir are where and how
+	// /metrics is served (MetricsServing): HTTPS with the API server's
+	// authentication and authorization unless MetricsInsecure, which only
+	// a loopback MetricsAddr may have. In sidecar mode the pod's addresses
+	// include the migration networks.
 	MetricsAddr      string
+	MetricsInsecure  bool
+	MetricsCertDir   string
 	ProbeAddr        string
 	LeaderElect      bool
 	LeaderElectionID string
@@ -130,7 +137,14 @@ type ProxyOptions struct {
 // so one instance owns both ends in a cluster. Tests call it with
 // envtest's rest.Config.
 func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, error) {
-	mo := managerOptions(o.MetricsAddr, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace)
+	metrics := o.metrics()
+	mo, err := managerOptions(metrics, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if err := metrics.checkCertDir(); err != nil {
+		return nil, err
+	}
 	// A process runs one proxy manager, but tests build one per run
 	// (go test -count=N): the controller-name check is global.
 	mo.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
@@ -257,6 +271,11 @@ func watchCertificate(mgr manager.Manager, o ProxyOptions, log logr.Logger) (fun
 	return func() (*tls.Certificate, error) { return cw.GetCertificate(nil) }, nil
 }
 
+// metrics is how this process serves /metrics.
+func (o ProxyOptions) metrics() MetricsServing {
+	return MetricsServing{BindAddress: o.MetricsAddr, Insecure: o.MetricsInsecure, CertDir: o.MetricsCertDir}
+}
+
 // PeerFile is the format of --peers: the other clusters' proxies.
 type PeerFile struct {
 	Peers []struct {
@@ -342,6 +361,10 @@ its VMI's targetState, and dials that in-cluster endpoint.
 
 See docs/migration-proxy.md.`,
 		RunE: func(c *cobra.Command, _ []string) error {
+			// Refused metrics flags fail before anything else is read.
+			if _, err := o.metrics().serverOptions(); err != nil {
+				return err
+			}
 			log := zap.New(zap.UseFlagOptions(&zo))
 			ctrl.SetLogger(log)
 			if o.AdvertiseAddress == "" && advertiseIf != "" {
@@ -426,7 +449,7 @@ See docs/migration-proxy.md.`,
 	fs.BoolVar(&o.CASync, "kubevirt-ca-sync", true, "keep KubeVirt's CA bundles in step with the peers over the hop: offer kubevirt-ca, store theirs in kubevirt-external-ca (with --peers and the hop listener)")
 	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", proxy.DefaultKubeVirtNamespace, "KubeVirt's namespace: kubevirt-ca and kubevirt-external-ca")
 	fs.DurationVar(&o.CASyncInterval, "kubevirt-ca-sync-interval", proxy.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
-	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address; 0 disables")
+	registerMetricsFlags(fs, &o.MetricsAddr, &o.MetricsInsecure, &o.MetricsCertDir)
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "kvnet-migration-proxy", "lease name for leader election")

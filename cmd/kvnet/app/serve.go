@@ -33,11 +33,16 @@ import (
 // ServeOptions are the webhook server's process settings. Policy lives in
 // the config file; these are about where and how to listen.
 type ServeOptions struct {
-	ConfigPath       string
-	CertDir          string
-	Port             int
-	Host             string
+	ConfigPath string
+	CertDir    string
+	Port       int
+	Host       string
+	// MetricsAddr, MetricsInsecure and MetricsCertDir are where and how
+	// /metrics is served (MetricsServing); the zero values of the last two
+	// are HTTPS with the API server's authentication and authorization.
 	MetricsAddr      string
+	MetricsInsecure  bool
+	MetricsCertDir   string
 	ProbeAddr        string
 	TLSMinVersion    string
 	LeaderElect      bool
@@ -65,7 +70,7 @@ func (o *ServeOptions) register(c *cobra.Command) {
 	fs.StringVar(&o.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key, reloaded when they change")
 	fs.IntVar(&o.Port, "webhook-port", 9443, "HTTPS port of the admission webhooks")
 	fs.StringVar(&o.Host, "webhook-host", "", "address the webhooks bind (default all)")
-	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address; 0 disables")
+	registerMetricsFlags(fs, &o.MetricsAddr, &o.MetricsInsecure, &o.MetricsCertDir)
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	fs.StringVar(&o.TLSMinVersion, "tls-min-version", "1.2", "minimum TLS version of the webhooks: 1.2 or 1.3")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader for the controllers (webhooks run on every replica)")
@@ -110,7 +115,12 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 		// not worth the gain for one request per admission.
 		func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} },
 	}
-	mo := managerOptions(o.MetricsAddr, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace)
+	metrics := o.metrics()
+	// The metrics listener follows --tls-min-version too.
+	mo, err := managerOptions(metrics, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace, tlsOpts[0])
+	if err != nil {
+		return nil, err
+	}
 	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = durationOrNil(o.LeaseDuration), durationOrNil(o.RenewDeadline), durationOrNil(o.RetryPeriod)
 	mo.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
 		Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
@@ -147,6 +157,11 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	// contributes go into ext.
 	var ext Extensions
 	if err := SetUpCerts(ctx, mgr, o.Certs, &o); err != nil {
+		return nil, err
+	}
+	// Self-managed certificates are in --cert-dir now, for a
+	// --metrics-cert-dir that names it.
+	if err := metrics.checkCertDir(); err != nil {
 		return nil, err
 	}
 	if err := migrationExtension(ctx, mgr, cfg, &ext, o.Namespace); err != nil {
@@ -186,6 +201,11 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	return mgr, nil
 }
 
+// metrics is how this process serves /metrics.
+func (o ServeOptions) metrics() MetricsServing {
+	return MetricsServing{BindAddress: o.MetricsAddr, Insecure: o.MetricsInsecure, CertDir: o.MetricsCertDir}
+}
+
 func durationOrNil(d time.Duration) *time.Duration {
 	if d == 0 {
 		return nil
@@ -200,6 +220,10 @@ func webhookCommand() *cobra.Command {
 		Use:   "webhook",
 		Short: "Serve kvnet's admission webhooks and run its controllers",
 		RunE: func(c *cobra.Command, _ []string) error {
+			// Refused metrics flags fail before anything else is read.
+			if _, err := o.metrics().serverOptions(); err != nil {
+				return err
+			}
 			log := zap.New(zap.UseFlagOptions(&zo))
 			ctrl.SetLogger(log)
 			w, err := config.NewWatcher(o.ConfigPath, o.Namespace, log.WithName("config"))
