@@ -55,6 +55,10 @@ type Env struct {
 	KubeVirt *KubeVirt
 	// Logs records what kvnet logs in this process.
 	Logs *LogRecorder
+	// MetricsCA is the PEM CA that signed the certificate of kvnet's
+	// metrics listener (envtest's webhook CA; the certificate names
+	// 127.0.0.1 and localhost), with Options.MetricsAddr.
+	MetricsCA []byte
 
 	// dir holds the run's certificates and component logs.
 	dir     string
@@ -123,7 +127,10 @@ type Options struct {
 	// KubeVirt, when set, also runs KubeVirt's own virt-controller and
 	// virt-api (the real-KubeVirt tier; see kubevirt.go).
 	KubeVirt *KubeVirtOptions
-	// MetricsAddr is where kvnet serves /metrics (host:port); empty means off.
+	// MetricsAddr is where kvnet serves /metrics (host:port); empty means
+	// off. kvnet serves them as in a cluster: over HTTPS (with envtest's
+	// webhook serving certificate, see Env.MetricsCA) to bearer tokens the
+	// API server allows get on /metrics.
 	MetricsAddr string
 	// ConfigFile, when set, is loaded and watched by a config.Watcher run by
 	// the manager, as `kvnet webhook` does; ConfigYAML is then ignored.
@@ -197,14 +204,16 @@ func Start(o Options) (*Env, error) {
 		}
 		e.Source = config.Static(c)
 	}
-	metricsAddr := "0"
-	if o.MetricsAddr != "" {
-		metricsAddr = o.MetricsAddr
-	}
 	wio := &te.WebhookInstallOptions
+	metricsAddr, metricsCertDir := "0", ""
+	if o.MetricsAddr != "" {
+		// The webhooks' certificate, as the chart gives kvnet's Deployment
+		// (--metrics-cert-dir=--cert-dir): a scraper can verify it.
+		metricsAddr, metricsCertDir, e.MetricsCA = o.MetricsAddr, wio.LocalServingCertDir, wio.LocalServingCAData
+	}
 	mgr, err := app.NewManager(ctx, cfg, app.ServeOptions{
 		Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
-		MetricsAddr: metricsAddr, ProbeAddr: "0", TLSMinVersion: "1.2",
+		MetricsAddr: metricsAddr, MetricsCertDir: metricsCertDir, ProbeAddr: "0", TLSMinVersion: "1.2",
 		LeaderElect: o.LeaderElect, LeaderElectionID: "kvnet-test", Namespace: KvnetNamespace,
 	}, e.Source)
 	if err != nil {

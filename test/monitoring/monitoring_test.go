@@ -1,8 +1,9 @@
 // Package monitoring tests kvnet's alerts and dashboard against the real
 // thing: kvnet on a real API server (test/framework) serving /metrics on
-// loopback, its config loaded from a watched file as `kvnet webhook` does,
-// and a real Prometheus (built by hack/prometheus.sh) scraping it and
-// evaluating the chart's rules.
+// loopback over HTTPS to tokens the API server authorizes, its config loaded
+// from a watched file as `kvnet webhook` does, and a real Prometheus (built
+// by hack/prometheus.sh) scraping it with a ServiceAccount token bound to the
+// chart's metrics-reader ClusterRole and evaluating the chart's rules.
 package monitoring
 
 import (
@@ -195,15 +196,27 @@ func prometheus(t *testing.T, rules []byte) string {
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// What the chart's ServiceMonitor asks of prometheus-operator: HTTPS,
+	// kvnet's certificate verified with its CA, and the Prometheus'
+	// ServiceAccount token.
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(readerToken(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), env.MetricsCA, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := fmt.Sprintf(`
 global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 1s}
 rule_files: [%s]
 scrape_configs:
   - job_name: kvnet
+    scheme: https
+    authorization: {type: Bearer, credentials_file: %s}
+    tls_config: {ca_file: %s, server_name: localhost}
     static_configs:
       - targets: [%q]
         labels: {namespace: %s}
-`, filepath.Join(dir, "rules.yaml"), metricsAddr, framework.KvnetNamespace)
+`, filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"), metricsAddr, framework.KvnetNamespace)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -552,13 +565,12 @@ func TestRulesAndDashboardUseExportedMetrics(t *testing.T) {
 		t.Fatalf("launcher pod: %v", err)
 	}
 
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	code, body, err := framework.Scrape(metricsAddr, metricsTLS(t), readerToken(t))
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("scraping kvnet as a metrics reader: %d, %v: %s", code, err, body)
 	}
-	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.LegacyValidation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("kvnet's /metrics: %v", err)
 	}
