@@ -143,7 +143,9 @@ config:
 `},
 	"alerts and dashboard on, migration proxy on": {release: "kvnet", namespace: "kvnet-mon", values: `
 migrationProxy: {enabled: true, sidecar: {enabled: false}}
-metrics: {serviceMonitor: {enabled: true}}
+metrics:
+  serviceMonitor: {enabled: true, bearerTokenSecret: {name: prometheus-token, key: token}, tlsConfig: {insecureSkipVerify: true}}
+  reader: {subjects: [{kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}]}
 monitoring:
   prometheusRule: {enabled: true, labels: {release: prometheus}, alertLabels: {team: network}}
   dashboard: {enabled: true, annotations: {grafana_folder: kvnet}}

@@ -2,8 +2,11 @@ package chart
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -73,11 +76,21 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 	}
 	probe := framework.FreePort(t)
 	args := append([]string{}, dep.Spec.Template.Spec.Containers[0].Args...)
+	// The chart serves the metrics with the webhooks' certificate, which its
+	// ServiceMonitor verifies.
+	certDir, _ := argValue(args, "cert-dir")
+	if metricsCertDir, ok := argValue(args, "metrics-cert-dir"); !ok || metricsCertDir != certDir {
+		t.Fatalf("the chart's --metrics-cert-dir %q (given %v), want its --cert-dir %q", metricsCertDir, ok, certDir)
+	}
+	if secure, ok := argValue(args, "metrics-secure"); ok && secure != "true" {
+		t.Fatalf("the chart turns metrics authentication off: --metrics-secure=%s", secure)
+	}
+	metricsAddr := hostPort(t, "127.0.0.1")
 	// Only where things live on this machine changes; later flags win.
 	args = append(args,
-		"--config="+cfgPath, "--cert-dir="+filepath.Join(dir, "certs"),
+		"--config="+cfgPath, "--cert-dir="+filepath.Join(dir, "certs"), "--metrics-cert-dir="+filepath.Join(dir, "certs"),
 		fmt.Sprintf("--webhook-port=%d", framework.FreePort(t)), "--webhook-host=127.0.0.1",
-		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
+		"--metrics-bind-address="+metricsAddr, fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 	)
 	sa := dep.Spec.Template.Spec.ServiceAccountName
 	p := startAs(t, kvnet, args, c.namespace, "system:serviceaccount:"+c.namespace+":"+sa,
@@ -132,6 +145,16 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname + "-webhook-cert"}, &secret); err != nil {
 		t.Fatalf("kvnet's Secret: %v", err)
 	}
+	// Its metrics, as the chart's ServiceMonitor scrapes them: HTTPS,
+	// verified for the Service's name with the Secret's ca.crt, and a
+	// token the API server reviews with the TokenReview and
+	// SubjectAccessReview the chart's RBAC lets kvnet create.
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(secret.Data["ca.crt"]) {
+		t.Fatalf("kvnet's Secret has no ca.crt")
+	}
+	newScrapers(t, c.namespace, fullname).check(t, metricsAddr,
+		&tls.Config{RootCAs: pool, ServerName: fullname + "." + c.namespace + ".svc", MinVersion: tls.VersionTLS12}, "kvnet_config_last_reload_successful")
 	// The config alone turns persistent IPs off (an edited ConfigMap, no
 	// helm upgrade): the leader takes the fail-closed launcher-pods webhook
 	// out of the chart's configuration, with the chart's RBAC.
@@ -324,10 +347,19 @@ config:
 	sa := "system:serviceaccount:rbac-kubevirt:kubevirt-synchronization-controller"
 
 	kvnet := buildKvnet(t)
-	// Only what this machine lacks changes (no migration0 here); later
-	// flags win.
+	// The chart's metrics listener is on every address of the pod (the
+	// migration networks' too) and authenticated: not turned off.
+	if addr, _ := argValue(ps.Container.Args, "metrics-bind-address"); !strings.HasPrefix(addr, ":") {
+		t.Fatalf("the sidecar's --metrics-bind-address %q: want the chart's every-address :port", addr)
+	}
+	if secure, ok := argValue(ps.Container.Args, "metrics-secure"); ok && secure != "true" {
+		t.Fatalf("the chart turns the sidecar's metrics authentication off: --metrics-secure=%s", secure)
+	}
+	metricsPort := framework.FreePort(t)
+	// Only what this machine lacks changes (no migration0 here, and the
+	// port of a shared machine); later flags win.
 	args := append(append([]string{}, ps.Container.Args...), "--advertise-address=127.0.0.1",
-		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", framework.FreePort(t)))
+		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort), fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", framework.FreePort(t)))
 	// Without the chart's Lease (as if deleted by hand) the proxy, which
 	// may not create one, names it in its log until it is back (as the next
 	// helm upgrade would restore it).
@@ -370,6 +402,14 @@ config:
 		}
 		return nil
 	})
+	// Reached through a non-loopback address, as from a migration
+	// network: HTTPS only (a certificate of its own, self-signed), and
+	// only for a token the API server lets get /metrics, which it asks as
+	// the sync controller's ServiceAccount with the chart's RBAC.
+	metricsAddr := net.JoinHostPort(nonLoopbackAddr(t), fmt.Sprint(metricsPort))
+	waitListening(t, p, metricsAddr)
+	newScrapers(t, c.namespace, "kvnet").check(t, metricsAddr,
+		&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, "kvnet_proxy_active_connections") //nolint:gosec // self-signed: the token, reviewed by the API server, is what authenticates
 	if strings.Contains(logs.String(), "forbidden") {
 		t.Errorf("kvnet proxy was refused a request (RBAC):\n%s", grepLines(logs.String(), "forbidden"))
 	}
