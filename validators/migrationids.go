@@ -50,15 +50,26 @@ func (MigrationIDs) ValidateMigration(ctx context.Context, req *chain.MigrationR
 		if err != nil {
 			return nil, err
 		}
+		// Holders in the requester's own namespace are named; one in
+		// another namespace is not: a tenant guessing IDs must not learn
+		// which VMIMs other tenants run.
 		var others []string
+		elsewhere := false
 		for _, h := range holders {
-			if h.Namespace != m.Namespace || h.Name != m.Name {
-				others = append(others, h.String())
+			switch {
+			case h.Namespace == m.Namespace && h.Name == m.Name:
+			case h.Namespace == m.Namespace:
+				others = append(others, "live migration "+h.Name)
+			default:
+				elsewhere = true
 			}
+		}
+		if elsewhere {
+			others = append(others, "a live migration in another namespace")
 		}
 		if len(others) > 0 {
 			errs = append(errs, field.Invalid(role.Path(), id,
-				"already used by live migration "+strings.Join(others, ", ")+
+				"already used by "+strings.Join(others, ", ")+
 					": a migration ID names one "+roleName(role)+" VirtualMachineInstanceMigration of the cluster until it has succeeded or failed"))
 		}
 	}

@@ -61,8 +61,8 @@ func TestMigrationValidatorAnswers(t *testing.T) {
 					t.Fatalf("details %+v, want one cause on VirtualMachineInstanceMigration copy-in", d)
 				}
 				if cs := d.Causes[0]; cs.Field != "spec.receive.migrationID" || cs.Type != metav1.CauseTypeFieldValueInvalid ||
-					!strings.Contains(cs.Message, "already used by live migration victim/vm1-in") {
-					t.Errorf("cause %+v, want spec.receive.migrationID already used by live migration victim/vm1-in", cs)
+					!strings.Contains(cs.Message, "already used by a live migration in another namespace") {
+					t.Errorf("cause %+v, want spec.receive.migrationID already used by a live migration in another namespace", cs)
 				}
 			case http.StatusInternalServerError:
 				if !strings.Contains(resp.Result.Message, "spec.receive.migrationID") || !strings.Contains(resp.Result.Message, "cache not synced") {
