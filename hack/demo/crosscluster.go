@@ -323,7 +323,7 @@ func startProxies(ctx context.Context, o Options, a, b *side, say sayFunc) error
 		s.proxy = p
 		return waitProbe(ctx, p, "/healthz", s.name+"'s kvnet proxy to answer /healthz")
 	}
-	if err := start(b, f[1], peersB, "--hop-listen", hop); err != nil {
+	if err := start(b, f[1], peersB, "--hop-listen", hop, "--allowed-sources", b.pool.String()); err != nil {
 		return err
 	}
 	say("==> %s: kvnet proxy, hop listener on %s (its crosscluster0), trusting %s's CA only; log %s", b.name, hop, a.name, filepath.Join(b.dir, "proxy.log"))

@@ -42,6 +42,7 @@ config:
 migrationProxy:
   enabled: true
   sidecar: {enabled: false}
+  allowedSources: [10.200.0.0/24]
   certSecret: proxy-cert
   peers: [{name: cluster-b, addresses: ["192.0.2.1:9444"], caBundle: "unused here"}]
   kubevirtCA: {namespace: kv-casync}

@@ -142,7 +142,7 @@ config:
       pool: {cidr: 10.10.0.0/24}
 `},
 	"alerts and dashboard on, migration proxy on": {release: "kvnet", namespace: "kvnet-mon", values: `
-migrationProxy: {enabled: true, sidecar: {enabled: false}}
+migrationProxy: {enabled: true, sidecar: {enabled: false}, allowedSources: [10.200.0.0/24]}
 metrics:
   serviceMonitor: {enabled: true, bearerTokenSecret: {name: prometheus-token, key: token}, tlsConfig: {insecureSkipVerify: true}}
   reader: {subjects: [{kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}]}
@@ -158,10 +158,10 @@ config:
   resources: {inject: never}
 `},
 	"migration proxy as a separate Deployment": {release: "kvnet", namespace: "kvnet-proxy", values: `
-migrationProxy: {enabled: true, sidecar: {enabled: false}, replicas: 2, dialTimeout: 5s}
+migrationProxy: {enabled: true, sidecar: {enabled: false}, replicas: 2, dialTimeout: 5s, allowedSources: [10.200.0.0/24, "fd00:200::/64"]}
 `},
 	"migration proxy as a separate Deployment with a fixed address": {release: "xc", namespace: "xc-system", values: `
-migrationProxy: {enabled: true, sidecar: {enabled: false}, replicas: 1, advertiseAddress: 192.0.2.10}
+migrationProxy: {enabled: true, sidecar: {enabled: false}, replicas: 1, advertiseAddress: 192.0.2.10, allowedSources: [192.0.2.0/24]}
 `},
 	"migration proxy in sidecar mode (the default) with peers": {release: "kvnet", namespace: "kvnet-sidecar", values: sidecarValues},
 }
@@ -207,6 +207,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		// Not a schema error: the template refuses sidecar mode without
 		// the migration networks it runs on.
 		"migrationProxy: {enabled: true}": "migrationProxy.sidecar.enabled",
+		// A proxy Deployment with no pool to default its sources to: it
+		// would accept any client, so the chart refuses to render it.
+		"migrationProxy: {enabled: true, certSecret: c, sidecar: {enabled: false}}": "migrationProxy.allowedSources",
 	} {
 		t.Run(values, func(t *testing.T) {
 			_, err := helm(t, values, "template", "kvnet", chart, "--kube-version", kubeVersion)

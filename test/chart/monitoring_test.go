@@ -23,7 +23,7 @@ import (
 // default) and the migration proxy on.
 const alertsValues = `
 monitoring: {prometheusRule: {enabled: true}}
-migrationProxy: {enabled: true, sidecar: {enabled: false}}
+migrationProxy: {enabled: true, sidecar: {enabled: false}, allowedSources: [10.200.0.0/24]}
 `
 
 // ruleGroups is the part of a PrometheusRule (and of a Prometheus rule file)

@@ -47,7 +47,7 @@ config:
     inCluster: {nad: pxrbac-kubevirt/migration, pool: {cidr: 10.10.0.0/24}}
     crossCluster: {nad: pxrbac-kubevirt/crosscluster, addresses: [10.20.0.10/24]}
 `},
-		"deployment": {release: "pxdep", namespace: "pxdep-system", values: "migrationProxy: {enabled: true, sidecar: {enabled: false}}\n"},
+		"deployment": {release: "pxdep", namespace: "pxdep-system", values: "migrationProxy: {enabled: true, sidecar: {enabled: false}, allowedSources: [10.200.0.0/24]}\n"},
 	} {
 		t.Run(name, func(t *testing.T) { proxyBindsAsChartServiceAccount(t, c) })
 	}

@@ -510,7 +510,7 @@ var metricName = regexp.MustCompile(`\bkvnet_[a-z0-9_]+`)
 // query is in kvnet's own /metrics output, after one admitted pod.
 func TestRulesAndDashboardUseExportedMetrics(t *testing.T) {
 	used := map[string]string{}
-	rules := chartRules(t, "monitoring: {prometheusRule: {enabled: true}}\nmigrationProxy: {enabled: true, sidecar: {enabled: false}}\n")
+	rules := chartRules(t, "monitoring: {prometheusRule: {enabled: true}}\nmigrationProxy: {enabled: true, sidecar: {enabled: false}, allowedSources: [10.200.0.0/24]}\n")
 	for _, m := range metricName.FindAllString(string(rules), -1) {
 		used[m] = "rules"
 	}

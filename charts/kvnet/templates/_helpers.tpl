@@ -199,6 +199,6 @@ never open to every address by default.
 {{- toJson $p.allowedSources -}}
 {{- else -}}
 {{- $cidr := dig "migration" "inCluster" "pool" "cidr" "" (.Values.config | default dict) -}}
-{{- if $cidr }}{{ toJson (list $cidr) }}{{ else }}[]{{ end -}}
+{{- if $cidr }}{{ toJson (list $cidr) }}{{ else }}{{ fail "migrationProxy.allowedSources: set the in-cluster migration ranges the source virt-handlers connect from, or config.migration.inCluster.pool.cidr (its default); the proxy accepts no client outside them" }}{{ end -}}
 {{- end -}}
 {{- end }}

@@ -186,3 +186,16 @@ func TestMetricsFlagsRefusePlainHTTPOffLoopback(t *testing.T) {
 		}
 	}
 }
+
+// kvnet proxy does not start with source listeners open to any client: the
+// ranges are required, and 0.0.0.0/0 is how a lab says "any" aloud.
+func TestProxyRequiresAllowedSources(t *testing.T) {
+	_, _, err := run(t, "", "proxy", "--advertise-address=127.0.0.1", "--metrics-bind-address=0")
+	if err == nil || !strings.Contains(err.Error(), "--allowed-sources") {
+		t.Fatalf("kvnet proxy without --allowed-sources: err = %v, want the flag named", err)
+	}
+	_, _, err = run(t, "", "proxy", "--advertise-address=127.0.0.1", "--metrics-bind-address=0", "--allowed-sources=0.0.0.0/0", "--peers=/nonexistent")
+	if err == nil || strings.Contains(err.Error(), "--allowed-sources") || !strings.Contains(err.Error(), "--peers") {
+		t.Fatalf("kvnet proxy --allowed-sources=0.0.0.0/0: err = %v, want it past the flag (failing on --peers)", err)
+	}
+}

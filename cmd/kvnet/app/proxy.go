@@ -404,6 +404,11 @@ See docs/migration-proxy.md.`,
 				}
 				o.AllowedSources = append(o.AllowedSources, p)
 			}
+			// Safe by default: the source listeners take only the clients
+			// they are told of. A flat lab network says 0.0.0.0/0 aloud.
+			if len(o.AllowedSources) == 0 {
+				return fmt.Errorf("--allowed-sources: name the in-cluster migration ranges the source virt-handlers connect from (the chart passes the in-cluster pool's CIDR); 0.0.0.0/0 and ::/0 accept any client")
+			}
 			if peersFile != "" {
 				if o.Peers, err = LoadPeers(peersFile); err != nil {
 					return err
@@ -412,9 +417,6 @@ See docs/migration-proxy.md.`,
 					return fmt.Errorf("--cert-file/--key-file: %w", err)
 				}
 				o.CertFile, o.KeyFile = certFile, keyFile
-			}
-			if len(o.AllowedSources) == 0 {
-				log.Info("no --allowed-sources: the source listeners accept any client; set the in-cluster migration ranges")
 			}
 			restCfg, err := ctrl.GetConfig()
 			if err != nil {
@@ -439,7 +441,7 @@ See docs/migration-proxy.md.`,
 	fs.StringVar(&peersFile, "peers", "", "YAML file of peer proxies (name, addresses, caFile, serverName, connectHosts); empty: dial remote nodes directly (flat networks only)")
 	fs.StringVar(&mode, "mode", "tls", "hop mode this proxy asks for: tls (all encrypted) or authenticated (mutual-TLS handshake, then plain bytes; only with KubeVirt migration TLS on)")
 	fs.StringVar(&modes, "accept-modes", "", "comma-separated hop modes accepted from peers (default both)")
-	fs.StringSliceVar(&sources, "allowed-sources", nil, "CIDRs the source listeners accept clients from (the in-cluster migration ranges)")
+	fs.StringSliceVar(&sources, "allowed-sources", nil, "CIDRs the source listeners accept clients from (the in-cluster migration ranges); required")
 	fs.IntVar(&o.MaxMigrations, "max-migrations", proxy.DefaultMaxMigrations, "migrations relayed at once; more wait --queue-wait, then are refused")
 	fs.IntVar(&o.MaxPerNamespace, "max-migrations-per-namespace", 0, "one namespace's share of --max-migrations (0: half of it, rounded up), so one tenant cannot hold every slot")
 	fs.IntVar(&o.MaxRelayConns, "max-relay-connections", proxy.DefaultMaxRelayConns, "clients one source listener relays at once; more are closed at once")
