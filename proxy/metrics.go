@@ -52,6 +52,14 @@ var (
 		Name: "kvnet_proxy_queued_streams",
 		Help: "Streams waiting for a migration slot (the cap or their namespace's share of it is taken).",
 	})
+	// pendingHandshakes is what an unauthenticated client holds of the
+	// hop listener's MaxPendingHandshakes places: at the cap under a flood
+	// of stalled handshakes, near zero otherwise, so an alert can tell a
+	// flood from a quiet listener before the refusals say so.
+	pendingHandshakes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kvnet_proxy_pending_handshakes",
+		Help: "Connections to the hop listener whose TLS handshake is under way (not yet authenticated).",
+	})
 	listeners = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kvnet_proxy_listeners",
 		Help: "Source-side listeners open for in-flight decentralized migrations.",
@@ -73,7 +81,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 		}
 	}
 	return metrics.Register(reg, connections, active, bytesRelayed, migrationBytes, dialErrors, refused,
-		acceptErrors, listenerReopens, idleTimeouts, queued, listeners, caReloads, bindingsHeld, caExchanges, caFailures, caLastSuccess)
+		acceptErrors, listenerReopens, idleTimeouts, queued, pendingHandshakes, listeners, caReloads, bindingsHeld, caExchanges, caFailures, caLastSuccess)
 }
 
 // streamCounters is one stream's handle on its migration's series.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/certs/certstest"
@@ -158,6 +159,9 @@ func TestPendingHandshakesAreCapped(t *testing.T) {
 	}
 	if got := ts.pending.Load(); got != limit {
 		t.Errorf("%d pending handshakes, want %d", got, limit)
+	}
+	if got := testutil.ToFloat64(pendingHandshakes); got != limit {
+		t.Errorf("kvnet_proxy_pending_handshakes is %v, want %d", got, limit)
 	}
 }
 

@@ -220,11 +220,13 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		s.refuse(log, "", RefusedTooManyHandshakes, nil)
 		return
 	}
+	pendingHandshakes.Inc()
 	_ = raw.SetDeadline(time.Now().Add(orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout)))
 	under, records := underTLS(raw)
 	tc := tls.Server(under, s.tlsConfig())
 	err := tc.HandshakeContext(ctx)
 	s.pending.Add(-1)
+	pendingHandshakes.Dec()
 	if err != nil {
 		var hr *handshakeRefusal
 		if errors.As(err, &hr) {
