@@ -4,8 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
+	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -109,9 +110,11 @@ func TestPeerKnownByNameNotByCA(t *testing.T) {
 }
 
 // The attack of issue 27, item 3: raw connections that open and never
-// finish a handshake. Past MaxPendingHandshakes each new one is closed at
-// once and counted; a connection that waits costs its small pre-handshake
-// buffer only.
+// finish a handshake. At MaxPendingHandshakes a new connection closes the
+// oldest pending one, counted and logged, instead of being refused itself:
+// a peer's handshake beside the stalled ones succeeds, the oldest stalled
+// connection is closed, and the others still wait, each costing its small
+// pre-handshake buffer only.
 func TestPendingHandshakesAreCapped(t *testing.T) {
 	self := certstest.New(t, "cluster-b")
 	peer := certstest.New(t, "cluster-a")
@@ -135,33 +138,49 @@ func TestPendingHandshakesAreCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 		stalled = append(stalled, c)
-	}
-	// A connection counts as pending once its handler runs: wait for all
-	// eight before the one over the cap.
-	deadline := time.Now().Add(30 * time.Second)
-	for ts.pending.Load() < limit {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d stalled handshakes pending", ts.pending.Load(), limit)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	over, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer over.Close()
-	_ = over.SetReadDeadline(time.Now().Add(30 * time.Second))
-	if _, err := over.Read(make([]byte, 1)); err != io.EOF {
-		t.Fatalf("a connection over the cap: read %v, want EOF (closed)", err)
-	}
-	if r := nextRefusal(t, refusals); r != RefusedTooManyHandshakes {
-		t.Fatalf("refusal %s, want %s", r, RefusedTooManyHandshakes)
-	}
-	if got := ts.pending.Load(); got != limit {
-		t.Errorf("%d pending handshakes, want %d", got, limit)
+		// In order, so that the first is the oldest: wait for each.
+		waitPending(t, ts, len(stalled))
 	}
 	if got := testutil.ToFloat64(pendingHandshakes); got != limit {
 		t.Errorf("kvnet_proxy_pending_handshakes is %v, want %d", got, limit)
+	}
+
+	conn, err := tls.Dial("tcp", addr, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{peer.Cert},
+		RootCAs: self.Pool, ServerName: "cluster-b"})
+	if err != nil {
+		t.Fatalf("a peer's handshake beside %d stalled ones: %v", limit, err)
+	}
+	defer conn.Close()
+	if r := nextRefusal(t, refusals); r != RefusedTooManyHandshakes {
+		t.Fatalf("refusal %s, want %s", r, RefusedTooManyHandshakes)
+	}
+	_ = stalled[0].SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := stalled[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the oldest stalled connection: read %v, want it closed", err)
+	}
+	// The peer's handshake ends (the server has checked its certificate)
+	// and leaves the other stalled ones pending.
+	waitPending(t, ts, limit-1)
+	if got := testutil.ToFloat64(pendingHandshakes); got != limit-1 {
+		t.Errorf("kvnet_proxy_pending_handshakes is %v, want %d", got, limit-1)
+	}
+	select {
+	case r := <-refusals:
+		t.Errorf("a second refusal, %s: only the oldest stalled connection is closed", r)
+	default:
+	}
+}
+
+// waitPending waits until ts has n handshakes pending: a connection counts
+// once its handler runs, and stops counting once its handshake returns.
+func waitPending(t *testing.T, ts *TargetServer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for ts.pending.len() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d handshakes pending, want %d", ts.pending.len(), n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

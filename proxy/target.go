@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -68,7 +67,8 @@ type TargetServer struct {
 	// not know them). kvnet proxy passes a BindingStore.
 	Bindings Bindings
 	// MaxPendingHandshakes caps the connections not yet authenticated;
-	// one more is closed at once (refusal too-many-handshakes). Zero means
+	// one more closes the oldest of them (refusal too-many-handshakes,
+	// see handshakes for why not the newcomer). Zero means
 	// DefaultMaxPendingHandshakes.
 	MaxPendingHandshakes int
 	// HandshakeRate and HandshakeBurst bound the connections one source
@@ -82,7 +82,7 @@ type TargetServer struct {
 	CAOfferEvery time.Duration
 	CAOfferBurst int
 
-	pending  atomic.Int64
+	pending  handshakes
 	rateOnce sync.Once
 	bySource *keyedLimiter
 	caOffers *keyedLimiter
@@ -211,22 +211,19 @@ func orDefault(d, def time.Duration) time.Duration {
 func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	defer raw.Close()
 	log := s.Log.WithValues("client", raw.RemoteAddr().String())
-	limit := int64(s.MaxPendingHandshakes)
+	limit := s.MaxPendingHandshakes
 	if limit <= 0 {
 		limit = DefaultMaxPendingHandshakes
 	}
-	if s.pending.Add(1) > limit {
-		s.pending.Add(-1)
-		s.refuse(log, "", RefusedTooManyHandshakes, nil)
-		return
-	}
-	pendingHandshakes.Inc()
+	pending := s.pending.begin(raw, limit)
 	_ = raw.SetDeadline(time.Now().Add(orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout)))
 	under, records := underTLS(raw)
 	tc := tls.Server(under, s.tlsConfig())
 	err := tc.HandshakeContext(ctx)
-	s.pending.Add(-1)
-	pendingHandshakes.Dec()
+	if s.pending.end(pending) {
+		s.refuse(log, "", RefusedTooManyHandshakes, errDisplaced)
+		return
+	}
 	if err != nil {
 		var hr *handshakeRefusal
 		if errors.As(err, &hr) {
