@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -18,6 +19,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // The line-rate benchmark and the veth topology test run every party of a
@@ -68,6 +72,11 @@ type roleSpec struct {
 	Migrations int
 	CertDir    string
 	Peer       string
+	// HandshakeTimeout, when set, is kvnet-target's (else the default);
+	// Metrics makes kvnet-target also serve its metrics over HTTP on
+	// Listen, announced as its second address.
+	HandshakeTimeout time.Duration
+	Metrics          bool
 }
 
 // roleReady is the one JSON line a listening child prints when it serves.
@@ -286,12 +295,26 @@ func kvnetTargetRole(s roleSpec) error {
 	srv := &TargetServer{
 		Cert: cert, Peers: []*Peer{{Name: "cluster-a", CAs: pool}},
 		Resolver: &staticResolver{eps: eps}, Limiter: &Limiter{},
+		HandshakeTimeout: s.HandshakeTimeout,
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(s.Listen, "0"))
 	if err != nil {
 		return err
 	}
-	announce(ln)
+	if !s.Metrics {
+		announce(ln)
+		return srv.Serve(context.Background(), ln)
+	}
+	reg := prometheus.NewRegistry()
+	if err := RegisterMetrics(reg); err != nil {
+		return err
+	}
+	mln, err := net.Listen("tcp", net.JoinHostPort(s.Listen, "0"))
+	if err != nil {
+		return err
+	}
+	go func() { _ = http.Serve(mln, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) }()
+	announce(ln, mln)
 	return srv.Serve(context.Background(), ln)
 }
 
@@ -409,13 +432,19 @@ func (c *child) cpu() time.Duration {
 const clockTicks = 100
 
 // peakRSS is the child's high-water resident set (VmHWM), in bytes.
-func (c *child) peakRSS() int64 {
+func (c *child) peakRSS() int64 { return c.status("VmHWM:") }
+
+// rss is the child's resident set now (VmRSS), in bytes.
+func (c *child) rss() int64 { return c.status("VmRSS:") }
+
+// status is a kB field of /proc/<pid>/status, in bytes.
+func (c *child) status(field string) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/status")
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10
 		}
