@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -309,6 +310,8 @@ func kvnetTargetRole(s roleSpec) error {
 	if err := RegisterMetrics(reg); err != nil {
 		return err
 	}
+	// The Go runtime's own figures say where the RSS went.
+	reg.MustRegister(collectors.NewGoCollector())
 	mln, err := net.Listen("tcp", net.JoinHostPort(s.Listen, "0"))
 	if err != nil {
 		return err
