@@ -80,6 +80,11 @@ func TestStalledHandshakesBesideAMigration(t *testing.T) {
 		t.Errorf("after the stream %v stalled handshakes pending, want %d (the cap less the one the stream displaced)", got, DefaultMaxPendingHandshakes-1)
 	}
 	t.Logf("after the stream, alone: %s; beside the attack: %s", scrapeMetrics(t, base.tgt.ready.Addrs[1]).goMemory(), m.goMemory())
+	// RssFile is the binary's pages, the same in both; RssAnon is what
+	// the process allocated.
+	t.Logf("resident now, anonymous/file-backed: alone %.1f/%.1f MiB, beside the attack %.1f/%.1f MiB",
+		mib(base.tgt.status("RssAnon:")), mib(base.tgt.status("RssFile:")),
+		mib(attacked.tgt.status("RssAnon:")), mib(attacked.tgt.status("RssFile:")))
 	t.Logf("target peak RSS (VmHWM), %d MiB stream in tls mode: %.1f MiB alone, %.1f MiB beside %d stalled handshakes (x%.2f, +%.1f MiB); test ran %s",
 		size>>20, mib(base.peak), mib(attacked.peak), attackers, float64(attacked.peak)/float64(base.peak),
 		mib(attacked.peak-base.peak), time.Since(t0).Round(100*time.Millisecond))
