@@ -15,7 +15,8 @@ const (
 	// DefaultHandshakeRate and DefaultHandshakeBurst bound the new
 	// connections one source address may open per second. Within one
 	// handshake timeout (10 s) a source opens at most 48 + 10*10 = 148,
-	// so no single source takes all 256 pending-handshake places.
+	// so no single source can, alone, open the 256 connections at once
+	// that would displace every pending handshake (a peer's among them).
 	DefaultHandshakeRate  = 10
 	DefaultHandshakeBurst = 48
 	// DefaultCAOfferEvery and DefaultCAOfferBurst bound the CA offers one
