@@ -56,11 +56,12 @@ func readCAOfferBody(r io.Reader) (CAOffer, error) {
 	return o, nil
 }
 
-// Request is one request read off the hop: exactly one of Stream and
-// CAOffer is set.
+// Request is one request read off the hop: exactly one of Stream,
+// CAOffer and Identity is set.
 type Request struct {
-	Stream  *Preamble
-	CAOffer *CAOffer
+	Stream   *Preamble
+	CAOffer  *CAOffer
+	Identity *Identity
 }
 
 // ReadRequest reads one hop request of either kind from r and no byte
@@ -83,17 +84,32 @@ func ReadRequest(r io.Reader) (Request, error) {
 			return Request{}, err
 		}
 		return Request{CAOffer: &o}, nil
+	case identityMagic:
+		id, err := readIdentityBody(r)
+		if err != nil {
+			return Request{}, err
+		}
+		return Request{Identity: &id}, nil
 	}
 	return Request{}, errors.New("hop request: not a kvnet proxy request (bad magic)")
 }
 
 // MarshalBinary encodes whichever request r holds.
 func (r Request) MarshalBinary() ([]byte, error) {
-	switch {
-	case r.Stream != nil && r.CAOffer == nil:
-		return r.Stream.MarshalBinary()
-	case r.CAOffer != nil && r.Stream == nil:
-		return r.CAOffer.MarshalBinary()
+	set := 0
+	for _, ok := range []bool{r.Stream != nil, r.CAOffer != nil, r.Identity != nil} {
+		if ok {
+			set++
+		}
 	}
-	return nil, errors.New("hop request: want exactly one of a stream preamble and a CA offer")
+	switch {
+	case set != 1:
+	case r.Stream != nil:
+		return r.Stream.MarshalBinary()
+	case r.CAOffer != nil:
+		return r.CAOffer.MarshalBinary()
+	case r.Identity != nil:
+		return r.Identity.MarshalBinary()
+	}
+	return nil, errors.New("hop request: want exactly one of a stream preamble, a CA offer and an identity")
 }

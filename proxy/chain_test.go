@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvnet/kvnet/certs/certstest"
 )
@@ -31,6 +32,13 @@ func (r *staticResolver) Resolve(_ context.Context, id string) (Endpoint, bool, 
 	defer r.mu.Unlock()
 	ep, ok := r.eps[id]
 	return ep, ok, nil
+}
+
+func (r *staticResolver) Receiver(_ context.Context, id string) (types.NamespacedName, types.UID, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ep, ok := r.eps[id]
+	return ep.Migration, ep.UID, ok, nil
 }
 
 // loopback returns 127.0.0.<n> when the kernel lets us bind it (Linux

@@ -148,6 +148,10 @@ const (
 	RefusedTooManyConnections
 	RefusedHandshakeRate
 	RefusedCAOfferRate
+	RefusedIdentityOff
+	RefusedIdentityMismatch
+	RefusedIdentityLate
+	RefusedIdentityStore
 )
 
 var refusalNames = map[Refusal]string{
@@ -174,6 +178,10 @@ var refusalNames = map[Refusal]string{
 	RefusedTooManyConnections: "too-many-connections",
 	RefusedHandshakeRate:      "handshake-rate",
 	RefusedCAOfferRate:        "ca-offer-rate",
+	RefusedIdentityOff:        "identity-exchange-off",
+	RefusedIdentityMismatch:   "identity-mismatch",
+	RefusedIdentityLate:       "identity-after-target-pod",
+	RefusedIdentityStore:      "identity-store-failed",
 }
 
 func (r Refusal) String() string {

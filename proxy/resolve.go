@@ -50,20 +50,10 @@ func (e *ResolveError) Unwrap() error { return e.Err }
 // or while admission was down. The announced ports must be KubeVirt's
 // (CheckMigrationPorts).
 func (r *ClusterResolver) Resolve(ctx context.Context, id string) (Endpoint, bool, error) {
-	var list kubevirtv1.VirtualMachineInstanceMigrationList
-	if err := r.Reader.List(ctx, &list, client.MatchingFields{migrationid.IndexField: migrationid.Key(migrationid.Receive, id)}); err != nil {
-		return Endpoint{}, false, fmt.Errorf("listing the live receiving VirtualMachineInstanceMigrations of migration ID %q: %w", id, err)
+	m, err := r.receiving(ctx, id)
+	if m == nil || err != nil {
+		return Endpoint{}, false, err
 	}
-	switch len(list.Items) {
-	case 0:
-		return Endpoint{}, false, nil
-	case 1:
-	default:
-		a, b := &list.Items[0], &list.Items[1]
-		return Endpoint{}, false, &ResolveError{Reason: RefusedAmbiguousMigration,
-			Err: fmt.Errorf("receiving VMIMs %s/%s and %s/%s both carry migration ID %q", a.Namespace, a.Name, b.Namespace, b.Name, id)}
-	}
-	m := &list.Items[0]
 	var vmi kubevirtv1.VirtualMachineInstance
 	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}, &vmi); err != nil {
 		return Endpoint{}, false, client.IgnoreNotFound(err)
@@ -81,6 +71,34 @@ func (r *ClusterResolver) Resolve(ctx context.Context, id string) (Endpoint, boo
 	}
 	return Endpoint{Address: addr.String(), Ports: maps.Clone(ms.TargetState.DirectMigrationNodePorts),
 		Migration: client.ObjectKeyFromObject(m), UID: m.UID}, true, nil
+}
+
+// Receiver implements ReceiverFinder, with Resolve's rule for an ID two
+// live receiving VMIMs hold.
+func (r *ClusterResolver) Receiver(ctx context.Context, id string) (types.NamespacedName, types.UID, bool, error) {
+	m, err := r.receiving(ctx, id)
+	if m == nil || err != nil {
+		return types.NamespacedName{}, "", false, err
+	}
+	return client.ObjectKeyFromObject(m), m.UID, true, nil
+}
+
+// receiving is the one live receiving VMIM of migration ID id, nil when
+// there is none, and ambiguous-migration when two hold it.
+func (r *ClusterResolver) receiving(ctx context.Context, id string) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
+	var list kubevirtv1.VirtualMachineInstanceMigrationList
+	if err := r.Reader.List(ctx, &list, client.MatchingFields{migrationid.IndexField: migrationid.Key(migrationid.Receive, id)}); err != nil {
+		return nil, fmt.Errorf("listing the live receiving VirtualMachineInstanceMigrations of migration ID %q: %w", id, err)
+	}
+	switch len(list.Items) {
+	case 0:
+		return nil, nil
+	case 1:
+		return &list.Items[0], nil
+	}
+	a, b := &list.Items[0], &list.Items[1]
+	return nil, &ResolveError{Reason: RefusedAmbiguousMigration,
+		Err: fmt.Errorf("receiving VMIMs %s/%s and %s/%s both carry migration ID %q", a.Namespace, a.Name, b.Namespace, b.Name, id)}
 }
 
 // handlerAddress is the address to dial for a target on node: kvnet's

@@ -62,6 +62,10 @@ type TargetServer struct {
 	OnRefused func(peer string, r Refusal)
 	// CAs stores the KubeVirt CA bundles peers offer; nil refuses them.
 	CAs CAReceiver
+	// Identities takes the network identities of migrations peers send
+	// here; nil refuses them (identity-exchange-off). The Resolver must
+	// also be a ReceiverFinder.
+	Identities IdentityReceiver
 	// Bindings tie each migration to the first peer that presents it; nil
 	// keeps them in this process's memory (tests only: a new leader would
 	// not know them). kvnet proxy passes a BindingStore.
@@ -251,6 +255,10 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	}
 	if req.CAOffer != nil {
 		s.receiveCAs(ctx, log, peer, tc, req.CAOffer)
+		return
+	}
+	if req.Identity != nil {
+		s.receiveIdentity(ctx, log, peer, tc, req.Identity)
 		return
 	}
 	pre := *req.Stream
