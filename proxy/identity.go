@@ -26,6 +26,7 @@ const (
 	MaxIdentityNetworks = 32
 	MaxIdentityIPs      = 8
 	maxNetworkName      = 63
+	maxNADNetworkName   = 253
 )
 
 // NetworkIdentity is what one network of the VM holds: its name (the VM's
@@ -34,16 +35,20 @@ const (
 // IPAMClaim.status.ips).
 type NetworkIdentity struct {
 	Name string
-	MAC  net.HardwareAddr
-	IPs  []netip.Prefix
+	// NetworkName is the network the NAD attaches to (its CNI config's
+	// name, OVN-Kubernetes' network): the target's NAD for Name must
+	// attach to the same one, or the addresses mean nothing there.
+	NetworkName string
+	MAC         net.HardwareAddr
+	IPs         []netip.Prefix
 }
 
 // Identity is a migration's network identity as the hop carries it.
 //
 // Wire format, after the magic: migration ID length (1) | migration ID |
-// network count (1) | per network: name length (1) | name | MAC length (1:
-// 0 or 6) | MAC | IP count (1) | per IP: address length (1: 4 or 16) |
-// address | prefix length (1).
+// network count (1) | per network: name length (1) | name | network name
+// length (1) | network name | MAC length (1: 0 or 6) | MAC | IP count (1) |
+// per IP: address length (1: 4 or 16) | address | prefix length (1).
 type Identity struct {
 	MigrationID string
 	Networks    []NetworkIdentity
@@ -68,6 +73,14 @@ func (id Identity) Validate() error {
 			return fmt.Errorf("%s.name: %q twice", f, n.Name)
 		}
 		seen[n.Name] = true
+		if n.NetworkName == "" || len(n.NetworkName) > maxNADNetworkName {
+			return fmt.Errorf("%s.networkName: %d bytes, want 1-%d", f, len(n.NetworkName), maxNADNetworkName)
+		}
+		for _, c := range []byte(n.NetworkName) {
+			if c < 0x21 || c > 0x7e {
+				return fmt.Errorf("%s.networkName: a byte outside printable ASCII", f)
+			}
+		}
 		if len(n.MAC) != 0 && len(n.MAC) != 6 {
 			return fmt.Errorf("%s.mac: %d bytes, want none or 6", f, len(n.MAC))
 		}
@@ -133,6 +146,8 @@ func (id Identity) MarshalBinary() ([]byte, error) {
 	for _, n := range id.Networks {
 		b = append(b, byte(len(n.Name)))
 		b = append(b, n.Name...)
+		b = append(b, byte(len(n.NetworkName)))
+		b = append(b, n.NetworkName...)
 		b = append(b, byte(len(n.MAC)))
 		b = append(b, n.MAC...)
 		b = append(b, byte(len(n.IPs)))
@@ -183,7 +198,7 @@ func readIdentityBody(r io.Reader) (Identity, error) {
 	}
 	for range count {
 		var nw NetworkIdentity
-		if n, err = readByte("network name length"); err != nil {
+		if n, err = readByte("name length"); err != nil {
 			return Identity{}, err
 		}
 		if n > maxNetworkName {
@@ -193,6 +208,13 @@ func readIdentityBody(r io.Reader) (Identity, error) {
 			return Identity{}, err
 		}
 		nw.Name = string(raw)
+		if n, err = readByte("network name length"); err != nil {
+			return Identity{}, err
+		}
+		if raw, err = readBytes("network name", n); err != nil {
+			return Identity{}, err
+		}
+		nw.NetworkName = string(raw)
 		if n, err = readByte("MAC length"); err != nil {
 			return Identity{}, err
 		}

@@ -16,7 +16,7 @@ import (
 
 func blueIdentity(id string) Identity {
 	return Identity{MigrationID: id, Networks: []NetworkIdentity{
-		{Name: "blue", MAC: net.HardwareAddr{0x02, 0x00, 0x00, 0x0a, 0x01, 0x05},
+		{Name: "blue", NetworkName: "tenant-blue", MAC: net.HardwareAddr{0x02, 0x00, 0x00, 0x0a, 0x01, 0x05},
 			IPs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24"), netip.MustParsePrefix("fd00:1::5/64")}},
 	}}
 }
@@ -39,7 +39,7 @@ func TestIdentityValidate(t *testing.T) {
 	many := func(n int) []NetworkIdentity {
 		var out []NetworkIdentity
 		for i := range n {
-			out = append(out, NetworkIdentity{Name: "n" + strings.Repeat("x", i%5) + string(rune('a'+i%26)) + string(rune('a'+i/26))})
+			out = append(out, NetworkIdentity{Name: "n" + strings.Repeat("x", i%5) + string(rune('a'+i%26)) + string(rune('a'+i/26)), NetworkName: "net"})
 		}
 		return out
 	}
@@ -50,10 +50,13 @@ func TestIdentityValidate(t *testing.T) {
 		"33 networks":                        with(func(id *Identity) { id.Networks = many(33) }),
 		"networks[0].name: \"Blue\" is not":  with(func(id *Identity) { id.Networks[0].Name = "Blue" }),
 		"networks[0].name: \"-blue\" is not": with(func(id *Identity) { id.Networks[0].Name = "-blue" }),
-		"networks[1].name: \"blue\" twice":   with(func(id *Identity) { id.Networks = append(id.Networks, NetworkIdentity{Name: "blue"}) }),
+		"networks[1].name: \"blue\" twice":   with(func(id *Identity) { id.Networks = append(id.Networks, NetworkIdentity{Name: "blue", NetworkName: "x"}) }),
+		"networks[0].networkName: 0 bytes":   with(func(id *Identity) { id.Networks[0].NetworkName = "" }),
 		"networks[0].mac: 4 bytes":           with(func(id *Identity) { id.Networks[0].MAC = net.HardwareAddr{2, 0, 0, 1} }),
 		"multicast":                          with(func(id *Identity) { id.Networks[0].MAC = net.HardwareAddr{1, 0, 0x5e, 0, 0, 1} }),
-		"networks[0].ips[2]: 10.1.0.5 twice": with(func(id *Identity) { id.Networks[0].IPs = append(id.Networks[0].IPs, netip.MustParsePrefix("10.1.0.5/16")) }),
+		"networks[0].ips[2]: 10.1.0.5 twice": with(func(id *Identity) {
+			id.Networks[0].IPs = append(id.Networks[0].IPs, netip.MustParsePrefix("10.1.0.5/16"))
+		}),
 		"127.0.0.1/8 is not a unicast":       with(func(id *Identity) { id.Networks[0].IPs[0] = netip.MustParsePrefix("127.0.0.1/8") }),
 		"fe80::1/64 is not a unicast":        with(func(id *Identity) { id.Networks[0].IPs[1] = netip.MustParsePrefix("fe80::1/64") }),
 		"::ffff:10.1.0.5/120 is not an IPv4": with(func(id *Identity) { id.Networks[0].IPs[0] = netip.MustParsePrefix("::ffff:10.1.0.5/120") }),
@@ -122,7 +125,7 @@ func TestIdentityOnlyFromTheBoundPeer(t *testing.T) {
 	store.mu.Lock()
 	got, ok := store.got[vmim]
 	store.mu.Unlock()
-	if !ok || got.Networks[0].MAC.String() != "02:00:00:0a:01:05" || got.Networks[0].IPs[1] != netip.MustParsePrefix("fd00:1::5/64") {
+	if !ok || got.Networks[0].NetworkName != "tenant-blue" || got.Networks[0].MAC.String() != "02:00:00:0a:01:05" || got.Networks[0].IPs[1] != netip.MustParsePrefix("fd00:1::5/64") {
 		t.Fatalf("the receiver got %+v for %s, want the identity sent", got, vmim)
 	}
 	// The migration is now cluster-a's: cluster-c, trusted as a peer,

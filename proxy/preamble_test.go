@@ -45,13 +45,13 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add([]byte("KVNCA\x01\xff\xff\xff\xff"))
 	f.Add([]byte("KVNCA\x02\x00\x00\x00\x01x"))
 	identity, _ := Identity{MigrationID: "mig-1", Networks: []NetworkIdentity{
-		{Name: "tenant-blue", MAC: net.HardwareAddr{0x02, 0, 0, 0, 0, 1}, IPs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24"), netip.MustParsePrefix("fd00::5/64")}},
-		{Name: "storage"},
+		{Name: "blue", NetworkName: "tenant-blue", MAC: net.HardwareAddr{0x02, 0, 0, 0, 0, 1}, IPs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24"), netip.MustParsePrefix("fd00::5/64")}},
+		{Name: "storage", NetworkName: "ns1/storage"},
 	}}.MarshalBinary()
 	f.Add(identity)
 	f.Add(append(identity, "tail"...))
 	f.Add([]byte("KVNID\x01\x05mig-1\xff"))
-	f.Add([]byte("KVNID\x01\x05mig-1\x01\x01a\x06\x01\x00\x00\x00\x00\x01\x01\x04\x0a\x00\x00\x01\x21"))
+	f.Add([]byte("KVNID\x01\x05mig-1\x01\x01a\x01n\x06\x02\x00\x00\x00\x00\x01\x01\x04\x0a\x00\x00\x01\x21"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
 		req, err := ReadRequest(r)
