@@ -238,6 +238,13 @@ func (d *Dialer) OfferCAs(ctx context.Context, peer *Peer, bundle []byte) error 
 	if err != nil {
 		return err
 	}
+	return d.offer(ctx, peer, req, "the CA bundle")
+}
+
+// offer sends one request that is answered by a verdict (a CA offer, an
+// identity) to the first address of peer that takes it; a refusal ends
+// the attempt, since another address of the same peer would say the same.
+func (d *Dialer) offer(ctx context.Context, peer *Peer, req []byte, what string) error {
 	var errs []error
 	for _, addr := range peer.Addresses {
 		err := d.offerOne(ctx, peer, addr, req)
@@ -253,7 +260,7 @@ func (d *Dialer) OfferCAs(ctx context.Context, peer *Peer, bundle []byte) error 
 	if len(errs) == 0 {
 		return fmt.Errorf("peer %s has no addresses", peer.Name)
 	}
-	return fmt.Errorf("no address of peer %s took the CA bundle: %w", peer.Name, errors.Join(errs...))
+	return fmt.Errorf("no address of peer %s took %s: %w", peer.Name, what, errors.Join(errs...))
 }
 
 func (d *Dialer) offerOne(ctx context.Context, peer *Peer, addr string, req []byte) error {

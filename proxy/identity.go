@@ -310,25 +310,13 @@ func (s *TargetServer) receiveIdentity(ctx context.Context, log logr.Logger, pee
 	ctx, cancel := context.WithTimeout(ctx, orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout))
 	defer cancel()
 	vmim, uid, found, err := finder.Receiver(ctx, id.MigrationID)
-	var re *ResolveError
-	switch {
-	case errors.As(err, &re):
-		deny(re.Reason, re.Err)
-		return
-	case err != nil:
-		deny(RefusedLookup, err)
-		return
-	case !found:
-		deny(RefusedUnknownMigration, nil)
+	if r, err := lookupVerdict(found, err); r != accepted {
+		deny(r, err)
 		return
 	}
 	bound, err := s.Bindings.Bind(ctx, Binding{MigrationID: id.MigrationID, Peer: peer.Name, Namespace: vmim.Namespace, VMIM: vmim.Name, UID: uid})
-	switch {
-	case err != nil:
-		deny(RefusedLookup, err)
-		return
-	case !bound:
-		deny(RefusedOtherPeer, nil)
+	if r, err := bindVerdict(bound, err); r != accepted {
+		deny(r, err)
 		return
 	}
 	var ir *IdentityRefusal
@@ -350,20 +338,5 @@ func (d *Dialer) OfferIdentity(ctx context.Context, peer *Peer, id Identity) err
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, addr := range peer.Addresses {
-		err := d.offerOne(ctx, peer, addr, req)
-		if err == nil {
-			return nil
-		}
-		var ref *RefusedError
-		if errors.As(err, &ref) {
-			return err
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-	}
-	if len(errs) == 0 {
-		return fmt.Errorf("peer %s has no addresses", peer.Name)
-	}
-	return fmt.Errorf("no address of peer %s took the identity: %w", peer.Name, errors.Join(errs...))
+	return d.offer(ctx, peer, req, "the identity")
 }

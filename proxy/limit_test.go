@@ -55,16 +55,7 @@ func TestLimiterGivesEachNamespaceAShare(t *testing.T) {
 // 30 s queue and the stream failed anyway.
 func TestQueuedStreamOutlivesTheHandshakeTimeout(t *testing.T) {
 	a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
-	echo := listenOn(t, "127.0.0.1")
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
+	echo := echoServer(t)
 	const handshake = 200 * time.Millisecond
 	lim := &Limiter{Max: 1, Wait: time.Minute}
 	port := portOf(echo.Addr())
@@ -117,6 +108,21 @@ func TestQueuedStreamOutlivesTheHandshakeTimeout(t *testing.T) {
 	}
 }
 
+// echoServer is a listener that sends every connection's bytes back.
+func echoServer(t *testing.T) net.Listener {
+	ln := listenOn(t, "127.0.0.1")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln
+}
+
 func echoBack(c net.Conn, msg []byte) error {
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.Write(msg); err != nil {
@@ -136,16 +142,7 @@ func echoBack(c net.Conn, msg []byte) error {
 // once, counted too-many-connections, and the ones within the cap still
 // carry their bytes.
 func TestRelayConnectionsAreCapped(t *testing.T) {
-	echo := listenOn(t, "127.0.0.1")
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
+	echo := echoServer(t)
 	refusals := make(chan Refusal, 8)
 	r := &Relay{Target: echo.Addr().String(), MaxConns: 2, OnRefused: func(x Refusal) { refusals <- x }}
 	ln := listenOn(t, "127.0.0.1")

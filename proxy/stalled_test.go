@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -130,21 +129,9 @@ func migrateThroughChild(t *testing.T, name, certDir string, attack func(tgt *ch
 		t.Fatal(err)
 	}
 	defer c.Close()
-	werr := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(c, streamBytes(5, size))
-		if err == nil {
-			err = c.(*net.TCPConn).CloseWrite()
-		}
-		werr <- err
-	}()
-	h := sha256.New()
-	n, err := io.Copy(h, c)
+	n, sum, err := sendAndHash(c, streamBytes(5, size))
 	if err != nil {
-		t.Fatalf("%s: reading from the target virt-handler through both proxies: %v", name, err)
-	}
-	if err := <-werr; err != nil {
-		t.Fatalf("%s: writing through both proxies: %v", name, err)
+		t.Fatalf("%s: through both proxies: %v", name, err)
 	}
 	r := <-res
 	if r.err != nil {
@@ -153,8 +140,8 @@ func migrateThroughChild(t *testing.T, name, certDir string, attack func(tgt *ch
 	if want := sumOf(streamBytes(5, size)); r.n != size || r.sum != want {
 		t.Fatalf("%s: the target virt-handler received %d bytes sha256 %x, want %d bytes %x", name, r.n, r.sum, size, want)
 	}
-	if want := sumOf(streamBytes(6, back)); n != back || [32]byte(h.Sum(nil)) != want {
-		t.Fatalf("%s: the source received %d bytes sha256 %x back, want %d bytes %x", name, n, h.Sum(nil), back, want)
+	if want := sumOf(streamBytes(6, back)); n != back || sum != want {
+		t.Fatalf("%s: the source received %d bytes sha256 %x back, want %d bytes %x", name, n, sum, back, want)
 	}
 	return childRun{tgt: tgt, peak: tgt.peakRSS()}
 }

@@ -283,16 +283,8 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		return
 	}
 	ep, ok, err := s.Resolver.Resolve(ctx, pre.MigrationID)
-	var re *ResolveError
-	switch {
-	case errors.As(err, &re):
-		deny(re.Reason, re.Err)
-		return
-	case err != nil:
-		deny(RefusedLookup, err)
-		return
-	case !ok:
-		deny(RefusedUnknownMigration, nil)
+	if r, err := lookupVerdict(ok, err); r != accepted {
+		deny(r, err)
 		return
 	}
 	port := strconv.Itoa(int(pre.Port))
@@ -309,12 +301,8 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	bound, err := s.Bindings.Bind(bctx, Binding{MigrationID: pre.MigrationID, Peer: peer.Name,
 		Namespace: ep.Migration.Namespace, VMIM: ep.Migration.Name, UID: ep.UID})
 	cancel()
-	switch {
-	case err != nil:
-		deny(RefusedLookup, err)
-		return
-	case !bound:
-		deny(RefusedOtherPeer, nil)
+	if r, err := bindVerdict(bound, err); r != accepted {
+		deny(r, err)
 		return
 	}
 	// The stream may now wait for a slot and then for the dial: the
@@ -351,6 +339,32 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	}
 	log.Info("relaying a stream from a peer proxy", "target", target)
 	runStream(ctx, log, "target", pre.MigrationID, s.IdleTimeout, conn, dst)
+}
+
+// lookupVerdict is the refusal, if any, that a migration lookup's outcome
+// calls for (accepted when the migration was found).
+func lookupVerdict(found bool, err error) (Refusal, error) {
+	var re *ResolveError
+	switch {
+	case errors.As(err, &re):
+		return re.Reason, re.Err
+	case err != nil:
+		return RefusedLookup, err
+	case !found:
+		return RefusedUnknownMigration, nil
+	}
+	return accepted, nil
+}
+
+// bindVerdict is the refusal, if any, of binding a migration to a peer.
+func bindVerdict(bound bool, err error) (Refusal, error) {
+	switch {
+	case err != nil:
+		return RefusedLookup, err
+	case !bound:
+		return RefusedOtherPeer, nil
+	}
+	return accepted, nil
 }
 
 func (s *TargetServer) modeAllowed(m Mode) bool {
