@@ -11,23 +11,33 @@ type Change struct {
 	Mutator  string   `json:"mutator"`
 	Rule     string   `json:"rule,omitempty"`
 	Networks []string `json:"networks,omitempty"`
+	// LeftTo names the peer webhook that kvnet left the mutator's job to
+	// for Networks: kvnet changed nothing there, and says why.
+	LeftTo string `json:"leftTo,omitempty"`
 }
 
 // Record notes that mutator changed networks (rule may be empty).
 func (r *Request) Record(mutator, rule string, networks ...string) {
-	r.Changes = addChange(r.Changes, mutator, rule, networks)
+	r.Changes = addChange(r.Changes, Change{Mutator: mutator, Rule: rule}, networks)
 }
 
 // Record notes that mutator changed the pod's spec for networks. The pod
 // webhook patches the spec only when a change was recorded.
 func (r *PodRequest) Record(mutator string, networks ...string) {
-	r.Changes = addChange(r.Changes, mutator, "", networks)
+	r.Changes = addChange(r.Changes, Change{Mutator: mutator}, networks)
 }
 
-func addChange(changes []Change, mutator, rule string, networks []string) []Change {
+// RecordLeftTo notes that mutator left its job for networks to peer. It is
+// recorded as a change so that the pod's kvnet.io/mutations says so; the
+// spec is compared with what it was and is not patched where it is not.
+func (r *PodRequest) RecordLeftTo(mutator, peer string, networks ...string) {
+	r.Changes = addChange(r.Changes, Change{Mutator: mutator, LeftTo: peer}, networks)
+}
+
+func addChange(changes []Change, key Change, networks []string) []Change {
 	for i := range changes {
 		c := &changes[i]
-		if c.Mutator == mutator && c.Rule == rule {
+		if c.Mutator == key.Mutator && c.Rule == key.Rule && c.LeftTo == key.LeftTo {
 			for _, n := range networks {
 				if !slices.Contains(c.Networks, n) {
 					c.Networks = append(c.Networks, n)
@@ -36,7 +46,8 @@ func addChange(changes []Change, mutator, rule string, networks []string) []Chan
 			return changes
 		}
 	}
-	return append(changes, Change{Mutator: mutator, Rule: rule, Networks: networks})
+	key.Networks = networks
+	return append(changes, key)
 }
 
 // recordChanges merges this request's changes into kvnet.io/mutations, so a
@@ -65,7 +76,7 @@ func recordInto(annotations *map[string]string, changes []Change) error {
 	for _, c := range changes {
 		merged := false
 		for i := range all {
-			if all[i].Mutator == c.Mutator && all[i].Rule == c.Rule {
+			if all[i].Mutator == c.Mutator && all[i].Rule == c.Rule && all[i].LeftTo == c.LeftTo {
 				for _, n := range c.Networks {
 					if !slices.Contains(all[i].Networks, n) {
 						all[i].Networks = append(all[i].Networks, n)

@@ -17,6 +17,7 @@ import (
 	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/model/netattach"
+	"github.com/kvnet/kvnet/internal/model/peers"
 )
 
 // ComputeContainer is the virt-launcher pod's container that runs the VM,
@@ -28,8 +29,15 @@ var resourcesAdded = prometheus.NewCounter(prometheus.CounterOpts{
 	Help: "Device-plugin resources kvnet added to virt-launcher pods' compute containers for their Multus networks (one per resource name and pod; a resource already set is not counted).",
 })
 
+var resourcesLeft = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "kvnet_launcher_resources_left_to_peer_total",
+	Help: "Device-plugin resources of virt-launcher pods' Multus networks that kvnet left to a peer webhook registered for the pod (one per resource name and pod), by peer.",
+}, []string{"peer"})
+
 // RegisterMetrics registers the mutators' metrics on reg.
-func RegisterMetrics(reg prometheus.Registerer) error { return metrics.Register(reg, resourcesAdded) }
+func RegisterMetrics(reg prometheus.Registerer) error {
+	return metrics.Register(reg, resourcesAdded, resourcesLeft)
+}
 
 // NetworkResources gives a virt-launcher pod the device-plugin resources of
 // its Multus networks: for each attachment (an element of
@@ -50,6 +58,18 @@ func RegisterMetrics(reg prometheus.Registerer) error { return metrics.Register(
 // it (the gate switched off in the KubeVirt CR, or a KubeVirt before v1.8),
 // when network-resources-injector ran first, and when kvnet itself ran
 // before (the API server's reinvocation): no resource is ever counted twice.
+//
+// It steps aside for a whole pod when network-resources-injector is
+// registered for it (lookup.Facts.ResourceInjector, from the cluster's
+// MutatingWebhookConfigurations): that injector, with -honor-resources,
+// adds its count to what containers[0] already asks for, so a pod that
+// kvnet completed first would ask for two devices per attachment, and
+// kvnet cannot see the flag. Left to it, each resource is counted once in
+// either webhook order and either mode (docs/peers.md). kvnet says so in
+// the pod's kvnet.io/mutations (a change with leftTo), in
+// kvnet_launcher_resources_left_to_peer_total and in a log line. Only the
+// resources: the node selector below is kvnet's still, as the two write
+// the same label and kvnet refuses a conflict the injector would overwrite.
 //
 // The NAD's k8s.v1.cni.cncf.io/nodeSelector annotation, one "key=value"
 // node label, is added to the pod's nodeSelector as network-resources-
@@ -122,6 +142,22 @@ func (m NetworkResources) MutatePod(ctx context.Context, req *chain.PodRequest) 
 		}
 		counts[r]++
 		nets[r] = appendOnce(nets[r], a.ref)
+	}
+	if len(order) > 0 {
+		peer, err := req.Facts.ResourceInjector(ctx, req.Namespace, pod.Labels)
+		if err != nil {
+			return err
+		}
+		if peer != "" {
+			var all []string
+			for _, r := range order {
+				all = append(all, nets[r]...)
+			}
+			req.RecordLeftTo(m.Name(), peers.ResourceInjector, all...)
+			resourcesLeft.WithLabelValues(peers.ResourceInjector).Add(float64(len(order)))
+			log.Info("leaving the pod's device resources to network-resources-injector, which the API server calls for it", "pod", pod.Name, "webhook", peer, "resources", order)
+			order = nil
+		}
 	}
 	compute := -1
 	for i := range pod.Spec.Containers {

@@ -152,6 +152,10 @@ func (failingFacts) MigrationHolders(_ context.Context, role migrationid.Role, i
 	return nil, fmt.Errorf("listing the live VirtualMachineInstanceMigrations with %s %q: %w", role.Path(), id, errors.New("cache not synced"))
 }
 
+func (failingFacts) ResourceInjector(context.Context, string, map[string]string) (string, error) {
+	return "", fmt.Errorf("listing MutatingWebhookConfigurations: %w", errors.New("cache not synced"))
+}
+
 func TestLookupFailureIs500WithContext(t *testing.T) {
 	hs := webhook.NewHandlers(config.Static(exampleConfig(t)), failingFacts{}, app.Chains(app.Extensions{}))
 	vm := toJSON(t, `

@@ -13,6 +13,7 @@ import (
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/model/migrationid"
 	"github.com/kvnet/kvnet/internal/model/netattach"
+	"github.com/kvnet/kvnet/internal/model/peers"
 )
 
 // Facts is read-only cluster state. Implementations must be safe for
@@ -48,6 +50,11 @@ type Facts interface {
 	// (migrationid.Live) of every namespace that hold migration ID id in
 	// role, sorted by namespace and name.
 	MigrationHolders(ctx context.Context, role migrationid.Role, id string) ([]types.NamespacedName, error)
+	// ResourceInjector names the network-resources-injector webhook
+	// ("configuration/webhook") the API server calls for the CREATE of a
+	// pod with podLabels in namespace, or "" when none is registered for
+	// it (peers.ResourceInjectorFor).
+	ResourceInjector(ctx context.Context, namespace string, podLabels map[string]string) (string, error)
 }
 
 // Reader answers from a controller-runtime reader, normally the manager's
@@ -229,6 +236,33 @@ func (r *Reader) KubeVirt(ctx context.Context) (*kubevirtv1.KubeVirt, error) {
 	return nil, nil
 }
 
+// ResourceInjector implements Facts from the MutatingWebhookConfiguration
+// informer (serve.go starts it with the manager): the configurations are
+// few, and listing them from the cache costs no API call.
+func (r *Reader) ResourceInjector(ctx context.Context, namespace string, podLabels map[string]string) (string, error) {
+	var list admissionregv1.MutatingWebhookConfigurationList
+	if err := r.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return "", fmt.Errorf("listing MutatingWebhookConfigurations: %w", err)
+	}
+	if !slices.ContainsFunc(list.Items, mayBeResourceInjector) {
+		return "", nil
+	}
+	nsLabels, err := r.NamespaceLabels(ctx, namespace)
+	if err != nil {
+		return "", err
+	}
+	slices.SortFunc(list.Items, func(a, b admissionregv1.MutatingWebhookConfiguration) int { return strings.Compare(a.Name, b.Name) })
+	return peers.ResourceInjectorFor(list.Items, namespace, nsLabels, podLabels), nil
+}
+
+// mayBeResourceInjector spares the namespace lookup (and the sort) on the
+// common path, a cluster without network-resources-injector.
+func mayBeResourceInjector(c admissionregv1.MutatingWebhookConfiguration) bool {
+	return slices.ContainsFunc(c.Webhooks, func(w admissionregv1.MutatingWebhook) bool {
+		return slices.Contains(peers.ResourceInjectorWebhooks, w.Name)
+	})
+}
+
 // Snapshot is a fixed set of facts, used by the offline CLI and unit tests.
 type Snapshot struct {
 	NADs       map[string]*netattach.Info         // "ns/name"
@@ -237,6 +271,9 @@ type Snapshot struct {
 	KubeVirtCR *kubevirtv1.KubeVirt
 	// Migrations are the cluster's VMIMs; the offline CLI has none.
 	Migrations []kubevirtv1.VirtualMachineInstanceMigration
+	// Webhooks are the cluster's MutatingWebhookConfigurations, sorted by
+	// name; the offline CLI has none.
+	Webhooks []admissionregv1.MutatingWebhookConfiguration
 }
 
 // NewSnapshot builds a snapshot from typed objects.
@@ -291,6 +328,11 @@ func (s *Snapshot) MigrationHolders(_ context.Context, role migrationid.Role, id
 	}
 	sortKeys(out)
 	return out, nil
+}
+
+// ResourceInjector implements Facts.
+func (s *Snapshot) ResourceInjector(_ context.Context, namespace string, podLabels map[string]string) (string, error) {
+	return peers.ResourceInjectorFor(s.Webhooks, namespace, s.Namespaces[namespace], podLabels), nil
 }
 
 // KubeVirt implements Facts.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,6 +32,11 @@ const lastApplied = corev1.LastAppliedConfigAnnotation
 //     volumes and the status, most of a VMI's bytes, are dropped.
 //   - VirtualMachine (the persistentips controller): metadata and the
 //     template spec's networking.
+//   - MutatingWebhookConfiguration (lookup.Reader.ResourceInjector, which
+//     recognises network-resources-injector): metadata and each webhook's
+//     name, rules and namespace and object selectors; the client config,
+//     CA bundle included, is dropped. kvnet's own configurations are read
+//     from the API server where they are written (certs, the registrar).
 //   - IPAMClaim, VirtualMachineInstanceMigration (the persistentips
 //     controller, the launcher-pod mutators, lookup.Reader.IPAMClaim for
 //     the primary-UDN validator, the migration-status rewrite): all but
@@ -47,8 +53,9 @@ func cacheOptions() cache.Options {
 		// A ByObject Transform replaces DefaultTransform for its kind, so each
 		// also calls trimMetadata.
 		ByObject: map[client.Object]cache.ByObject{
-			&kubevirtv1.VirtualMachineInstance{}: {Transform: trimVMI},
-			&kubevirtv1.VirtualMachine{}:         {Transform: trimVM},
+			&kubevirtv1.VirtualMachineInstance{}:           {Transform: trimVMI},
+			&kubevirtv1.VirtualMachine{}:                   {Transform: trimVM},
+			&admissionregv1.MutatingWebhookConfiguration{}: {Transform: trimWebhooks},
 		},
 	}
 }
@@ -86,6 +93,17 @@ func trimVM(in any) (any, error) {
 		}
 		vm.Spec = kubevirtv1.VirtualMachineSpec{Template: tmpl}
 		vm.Status = kubevirtv1.VirtualMachineStatus{}
+	}
+	return trimMetadata(in)
+}
+
+func trimWebhooks(in any) (any, error) {
+	if c, ok := in.(*admissionregv1.MutatingWebhookConfiguration); ok {
+		for i, w := range c.Webhooks {
+			c.Webhooks[i] = admissionregv1.MutatingWebhook{
+				Name: w.Name, Rules: w.Rules, NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector,
+			}
+		}
 	}
 	return trimMetadata(in)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -66,6 +67,13 @@ func trimmedSpec() kubevirtv1.VirtualMachineInstanceSpec {
 	return s
 }
 
+func podCreate() []admissionregv1.RuleWithOperations {
+	return []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create},
+		Rule: admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}
+}
+
+var sel = &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
+
 // TestCacheTrims: each cached kind keeps exactly what kvnet reads of it
 // (see cacheOptions) and loses managedFields and kubectl's last-applied copy.
 func TestCacheTrims(t *testing.T) {
@@ -108,6 +116,16 @@ func TestCacheTrims(t *testing.T) {
 		name: "NAD keeps its config",
 		in:   &nadv1.NetworkAttachmentDefinition{ObjectMeta: fullMeta(), Spec: nadSpec},
 		want: &nadv1.NetworkAttachmentDefinition{ObjectMeta: trimmedMeta(), Spec: nadSpec},
+	}, {
+		name: "MutatingWebhookConfiguration keeps each webhook's name, rules and selectors",
+		in: &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: fullMeta(), Webhooks: []admissionregv1.MutatingWebhook{{
+			Name: "w", Rules: podCreate(), NamespaceSelector: sel, ObjectSelector: sel,
+			ClientConfig:  admissionregv1.WebhookClientConfig{URL: ptr.To("https://x/mutate"), CABundle: []byte("ca")},
+			FailurePolicy: ptr.To(admissionregv1.Fail), SideEffects: ptr.To(admissionregv1.SideEffectClassNone),
+		}}},
+		want: &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: trimmedMeta(), Webhooks: []admissionregv1.MutatingWebhook{{
+			Name: "w", Rules: podCreate(), NamespaceSelector: sel, ObjectSelector: sel,
+		}}},
 	}, {
 		name: "KubeVirt CR keeps spec and status",
 		in: &kubevirtv1.KubeVirt{ObjectMeta: fullMeta(), Spec: kubevirtv1.KubeVirtSpec{ImageTag: "v1.9.0"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	"net/http"
 	"os"
 	"time"
@@ -138,7 +139,9 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	}
 	// Start the informers admission reads with the manager, not lazily on the
 	// first request, and report ready only once they have synced.
-	for _, obj := range []client.Object{&nadv1.NetworkAttachmentDefinition{}, lookup.NamespaceMetadata()} {
+	// The webhook configurations are how kvnet sees network-resources-
+	// injector (lookup.Reader.ResourceInjector).
+	for _, obj := range []client.Object{&nadv1.NetworkAttachmentDefinition{}, lookup.NamespaceMetadata(), &admissionregv1.MutatingWebhookConfiguration{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return nil, fmt.Errorf("starting informer for %T: %w", obj, err)
 		}
