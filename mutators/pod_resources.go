@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/prometheus/client_golang/prometheus"
@@ -153,9 +154,14 @@ func (m NetworkResources) MutatePod(ctx context.Context, req *chain.PodRequest) 
 			for _, r := range order {
 				all = append(all, nets[r]...)
 			}
+			// Once per pod: the API server reinvokes kvnet after the
+			// injector changed the pod, and the record is there by then.
+			if !strings.Contains(pod.Annotations[chain.MutationsAnnotation], `"leftTo":"`+peers.ResourceInjector+`"`) {
+				resourcesLeft.WithLabelValues(peers.ResourceInjector).Add(float64(len(order)))
+				log.Info("leaving the pod's device resources to network-resources-injector, which the API server calls for it",
+					"namespace", req.Namespace, "pod", podName(pod), "webhook", peer, "resources", order)
+			}
 			req.RecordLeftTo(m.Name(), peers.ResourceInjector, all...)
-			resourcesLeft.WithLabelValues(peers.ResourceInjector).Add(float64(len(order)))
-			log.Info("leaving the pod's device resources to network-resources-injector, which the API server calls for it", "pod", pod.Name, "webhook", peer, "resources", order)
 			order = nil
 		}
 	}
@@ -288,6 +294,15 @@ func requestedBy(cs []corev1.Container, r corev1.ResourceName) string {
 		}
 	}
 	return ""
+}
+
+// podName is the pod's name, or its generateName before the API server
+// has given it one (launcher pods are admitted so).
+func podName(pod *corev1.Pod) string {
+	if pod.Name != "" {
+		return pod.Name
+	}
+	return pod.GenerateName
 }
 
 func appendOnce(s []string, v string) []string {
