@@ -60,6 +60,9 @@ type Env struct {
 	// 127.0.0.1 and localhost), with Options.MetricsAddr.
 	MetricsCA []byte
 
+	// nri is what StartNRI needs from start-up (Options.NRI).
+	nri *nriClient
+
 	// dir holds the run's certificates and component logs.
 	dir     string
 	keepDir bool
@@ -132,6 +135,9 @@ type Options struct {
 	// webhook serving certificate, see Env.MetricsCA) to bearer tokens the
 	// API server allows get on /metrics.
 	MetricsAddr string
+	// NRI prepares the API server for StartNRI: a client certificate it
+	// presents to network-resources-injector's webhook, which requires one.
+	NRI bool
 	// ConfigFile, when set, is loaded and watched by a config.Watcher run by
 	// the manager, as `kvnet webhook` does; ConfigYAML is then ignored.
 	ConfigFile string
@@ -175,11 +181,17 @@ func Start(o Options) (*Env, error) {
 			return nil, err
 		}
 	}
+	var nri *nriClient
+	if o.NRI {
+		if nri, err = webhookClientCert(te, filepath.Join(dir, "webhook-clients")); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := te.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
-	e := &Env{Env: te, Config: cfg, dir: dir, Logs: logs}
+	e := &Env{Env: te, Config: cfg, dir: dir, Logs: logs, nri: nri}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		_ = te.Stop()
 		return nil, err

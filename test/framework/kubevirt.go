@@ -467,16 +467,22 @@ type process struct {
 }
 
 func startProcess(name string, argv []string, logPath string, env []string) (*process, error) {
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), env...)
 	// Its own process group, so that a ^C to the test reaches it through
 	// Stop and not halfway through a request.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return startCmd(name, cmd, logPath)
+}
+
+// startCmd starts cmd with its output in logPath; cmd.SysProcAttr must
+// set Setpgid (stop kills the group).
+func startCmd(name string, cmd *exec.Cmd, logPath string) (*process, error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
