@@ -62,6 +62,7 @@ func TestMain(m *testing.M) {
 	env, err = framework.Start(framework.Options{
 		ConfigYAML: testConfig,
 		KubeVirt:   &framework.KubeVirtOptions{Spec: kubeVirtSpec()},
+		NRI:        true,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "real-KubeVirt environment:", err)
