@@ -1,0 +1,43 @@
+package peers
+
+import (
+	"testing"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func rule(ops []admissionregv1.OperationType, groups, versions, resources []string) admissionregv1.RuleWithOperations {
+	return admissionregv1.RuleWithOperations{Operations: ops, Rule: admissionregv1.Rule{APIGroups: groups, APIVersions: versions, Resources: resources}}
+}
+
+// A webhook is the injector's for a pod when the API server would call it
+// for the pod's CREATE: its name, a rule covering core/v1 pods on CREATE
+// (wildcards included; deployments/webhook.yaml lists the "apps" group
+// too), and both selectors.
+func TestResourceInjectorFor(t *testing.T) {
+	create := []admissionregv1.OperationType{admissionregv1.Create}
+	name := ResourceInjectorWebhooks[0]
+	inKubeSystem := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{"kube-system"}}}}
+	for desc, c := range map[string]struct {
+		wh   admissionregv1.MutatingWebhook
+		want bool
+	}{
+		"installer's":           {wh: admissionregv1.MutatingWebhook{Name: name, Rules: []admissionregv1.RuleWithOperations{rule(create, []string{""}, []string{"v1"}, []string{"pods"})}}, want: true},
+		"static, apps and core": {wh: admissionregv1.MutatingWebhook{Name: ResourceInjectorWebhooks[1], Rules: []admissionregv1.RuleWithOperations{rule(create, []string{"apps", ""}, []string{"v1"}, []string{"pods"})}}, want: true},
+		"wildcards":             {wh: admissionregv1.MutatingWebhook{Name: name, Rules: []admissionregv1.RuleWithOperations{rule([]admissionregv1.OperationType{admissionregv1.OperationAll}, []string{"*"}, []string{"*"}, []string{"*"})}}, want: true},
+		"subresource only":      {wh: admissionregv1.MutatingWebhook{Name: name, Rules: []admissionregv1.RuleWithOperations{rule(create, []string{""}, []string{"v1"}, []string{"pods/status"})}}},
+		"apps group only":       {wh: admissionregv1.MutatingWebhook{Name: name, Rules: []admissionregv1.RuleWithOperations{rule(create, []string{"apps"}, []string{"v1"}, []string{"pods"})}}},
+		"another webhook":       {wh: admissionregv1.MutatingWebhook{Name: "pods.example.com", Rules: []admissionregv1.RuleWithOperations{rule(create, []string{""}, []string{"v1"}, []string{"pods"})}}},
+		"namespace not selected (by its name label, which the API server sets)": {wh: admissionregv1.MutatingWebhook{Name: name, NamespaceSelector: inKubeSystem, Rules: []admissionregv1.RuleWithOperations{rule(create, []string{""}, []string{"v1"}, []string{"pods"})}}},
+	} {
+		t.Run(desc, func(t *testing.T) {
+			configs := []admissionregv1.MutatingWebhookConfiguration{{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Webhooks: []admissionregv1.MutatingWebhook{c.wh}}}
+			got := ResourceInjectorFor(configs, "tenant", nil, nil)
+			if want := map[bool]string{true: "c/" + c.wh.Name, false: ""}[c.want]; got != want {
+				t.Errorf("ResourceInjectorFor = %q, want %q", got, want)
+			}
+		})
+	}
+}
