@@ -35,8 +35,11 @@ var resourcesLeft = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Device-plugin resources of virt-launcher pods' Multus networks that kvnet left to a peer webhook registered for the pod (one per resource name and pod), by peer.",
 }, []string{"peer"})
 
-// RegisterMetrics registers the mutators' metrics on reg.
+// RegisterMetrics registers the mutators' metrics on reg. The series of
+// each known peer exists from start-up at 0, so that the first pod left to
+// it is an increase.
 func RegisterMetrics(reg prometheus.Registerer) error {
+	resourcesLeft.WithLabelValues(peers.ResourceInjector)
 	return metrics.Register(reg, resourcesAdded, resourcesLeft)
 }
 
