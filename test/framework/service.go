@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Service stands for the kvnet Service in front of several replicas: a TCP
@@ -22,7 +23,16 @@ type Service struct {
 	endpoints []string
 	next      atomic.Uint64
 	wg        sync.WaitGroup
-	conns     map[net.Conn]string // forwarded connection -> its endpoint
+	links     map[*link]struct{}
+}
+
+// link is one forwarded connection: in from the client, out to its
+// endpoint (nil until dialled).
+type link struct {
+	in, out  net.Conn
+	to       string
+	departed bool          // its endpoint left; guarded by Service.mu
+	done     chan struct{} // closed once both directions have ended
 }
 
 // NewService listens on 127.0.0.1 and forwards to endpoints.
@@ -31,21 +41,48 @@ func NewService(endpoints ...string) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{Addr: l.Addr().String(), l: l, endpoints: endpoints, conns: map[net.Conn]string{}}
+	s := &Service{Addr: l.Addr().String(), l: l, endpoints: endpoints, links: map[*link]struct{}{}}
 	s.wg.Go(s.accept)
 	return s, nil
 }
 
-// SetEndpoints replaces the endpoints, and drops the connections to the
-// ones that left, so the next call goes to the new set: the API server
-// keeps its connections to a webhook alive between calls.
+// drainWait bounds how long SetEndpoints waits for a client to close a
+// connection whose endpoint left.
+const drainWait = 10 * time.Second
+
+// SetEndpoints replaces the endpoints and ends the connections to the ones
+// that left, so the next call goes to the new set: the API server keeps
+// its connections to a webhook alive between calls. It returns once the
+// clients have closed those connections (or drainWait passed): the side
+// to the endpoint is closed, the client gets end of file, and an idle
+// keep-alive connection leaves the API server's pool before its next
+// call. Closing the client's side outright would race that call: a
+// request written on a connection closed a moment before fails (broken
+// pipe) instead of opening a new connection.
 func (s *Service) SetEndpoints(endpoints ...string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.endpoints = endpoints
-	for c, to := range s.conns {
-		if !slices.Contains(endpoints, to) {
-			_ = c.Close()
+	var gone []*link
+	for l := range s.links {
+		if !slices.Contains(endpoints, l.to) {
+			l.departed = true
+			if l.out != nil {
+				_ = l.out.Close()
+			} else if tc, ok := l.in.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
+			gone = append(gone, l)
+		}
+	}
+	s.mu.Unlock()
+	deadline := time.NewTimer(drainWait)
+	defer deadline.Stop()
+	for _, l := range gone {
+		select {
+		case <-l.done:
+		case <-deadline.C:
+			_ = l.in.Close()
+			<-l.done
 		}
 	}
 }
@@ -55,8 +92,11 @@ func (s *Service) SetEndpoints(endpoints ...string) {
 func (s *Service) Close() {
 	_ = s.l.Close()
 	s.mu.Lock()
-	for c := range s.conns {
-		_ = c.Close()
+	for l := range s.links {
+		_ = l.in.Close()
+		if l.out != nil {
+			_ = l.out.Close()
+		}
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -69,29 +109,32 @@ func (s *Service) accept() {
 			return
 		}
 		s.mu.Lock()
-		var to string
+		l := &link{in: in, done: make(chan struct{})}
 		if len(s.endpoints) > 0 {
-			to = s.endpoints[int(s.next.Add(1)%uint64(len(s.endpoints)))]
+			l.to = s.endpoints[int(s.next.Add(1)%uint64(len(s.endpoints)))]
 		}
-		s.conns[in] = to
+		s.links[l] = struct{}{}
 		s.mu.Unlock()
-		s.wg.Go(func() { s.forward(in, to) })
+		s.wg.Go(func() { s.forward(l) })
 	}
 }
 
-func (s *Service) forward(in net.Conn, to string) {
-	defer s.forget(in)
-	if to == "" {
+func (s *Service) forward(l *link) {
+	defer s.forget(l)
+	if l.to == "" {
 		return // no endpoint: connection refused, as a Service without ready pods
 	}
-	out, err := net.Dial("tcp", to)
+	out, err := net.Dial("tcp", l.to)
 	if err != nil {
 		return
 	}
 	s.mu.Lock()
-	s.conns[out] = to
+	l.out = out
+	departed := l.departed
 	s.mu.Unlock()
-	defer s.forget(out)
+	if departed {
+		return
+	}
 	done := make(chan struct{}, 2)
 	half := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
@@ -100,15 +143,19 @@ func (s *Service) forward(in net.Conn, to string) {
 		}
 		done <- struct{}{}
 	}
-	go half(out, in)
-	go half(in, out)
+	go half(out, l.in)
+	go half(l.in, out)
 	<-done
 	<-done
 }
 
-func (s *Service) forget(c net.Conn) {
-	_ = c.Close()
+func (s *Service) forget(l *link) {
+	_ = l.in.Close()
 	s.mu.Lock()
-	delete(s.conns, c)
+	if l.out != nil {
+		_ = l.out.Close()
+	}
+	delete(s.links, l)
 	s.mu.Unlock()
+	close(l.done)
 }
