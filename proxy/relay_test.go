@@ -140,25 +140,12 @@ func echoRoundTrip(addr string, size int) error {
 	if _, err := rand.Read(data); err != nil {
 		return err
 	}
-	werr := make(chan error, 1)
-	go func() {
-		_, err := c.Write(data)
-		if err == nil {
-			err = c.(*net.TCPConn).CloseWrite()
-		}
-		werr <- err
-	}()
-	h := sha256.New()
-	n, err := io.Copy(h, c)
+	n, sum, err := sendAndHash(c, bytes.NewReader(data))
 	if err != nil {
-		return fmt.Errorf("reading the echo: %w", err)
+		return fmt.Errorf("echo: %w", err)
 	}
-	if err := <-werr; err != nil {
-		return fmt.Errorf("writing: %w", err)
-	}
-	want := sha256.Sum256(data)
-	if n != int64(size) || !bytes.Equal(h.Sum(nil), want[:]) {
-		return fmt.Errorf("echo of %d bytes came back as %d bytes with sha256 %x, want %x", size, n, h.Sum(nil), want)
+	if want := sha256.Sum256(data); n != int64(size) || sum != want {
+		return fmt.Errorf("echo of %d bytes came back as %d bytes with sha256 %x, want %x", size, n, sum, want)
 	}
 	return nil
 }
