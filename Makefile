@@ -155,7 +155,7 @@ test: lint control-plane helm kubevirt prometheus nri
 	@# (test/ holds the integration suites, which start an API server and have none).
 	$(GO) test -run '^$$' -bench . -skip BenchmarkLineRate -benchtime 20x -benchmem $$($(GO) list ./... | grep -v /test)
 	@# The proxy line-rate table once, on small runs: each path must still carry its bytes.
-	KVNET_LINERATE_MIB=64 $(GO) test -run '^$$' -bench BenchmarkLineRate -benchtime 1x ./proxy/
+	KVNET_LINERATE_MIB=64 $(GO) test -run '^$$' -bench BenchmarkLineRate -benchtime 1x ./internal/proxy/
 	$(MAKE) race
 
 # The race detector over every unit test, and over the integration tests
@@ -189,8 +189,8 @@ scale: control-plane
 # added latency.
 BENCH_PROXY_ROUNDS ?= 3
 bench-proxy:
-	$(GO) test -run '^$$' -bench 'BenchmarkLineRate' -benchtime $(BENCH_PROXY_ROUNDS)x ./proxy/
-	$(GO) test -run '^$$' -bench 'BenchmarkChain' -benchtime 2x -benchmem ./proxy/
+	$(GO) test -run '^$$' -bench 'BenchmarkLineRate' -benchtime $(BENCH_PROXY_ROUNDS)x ./internal/proxy/
+	$(GO) test -run '^$$' -bench 'BenchmarkChain' -benchtime 2x -benchmem ./internal/proxy/
 
 FUZZTIME ?= 30s
 # Go minimizes each new input for up to 60 s by default, time that counts

@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/addresses"
 	"github.com/kvnet/kvnet/internal/model/kubeovn"
 	"github.com/kvnet/kvnet/internal/model/requested"

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/internal/chain"
 )
 
 // BenchmarkDefaultChain runs the mutator chain alone (no decoding, no

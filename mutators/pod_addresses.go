@@ -5,10 +5,10 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/addresses"
 	"github.com/kvnet/kvnet/internal/model/multus"
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
 // KeyCNIArgs is the Multus selection-element key for per-attachment CNI args.

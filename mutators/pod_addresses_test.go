@@ -7,7 +7,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/model/addresses"
 	"github.com/kvnet/kvnet/internal/model/multus"
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
 func TestAddressesPod(t *testing.T) {

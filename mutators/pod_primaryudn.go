@@ -11,11 +11,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/model/primaryudn"
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
 // PrimaryUDN keeps the pod-network IP of VMs whose namespace's primary

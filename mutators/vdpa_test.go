@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/mutators"
 )

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/internal/model/addresses"
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
 const bridgeSubnetConfig = `{"cniVersion":"0.4.0","name":"%s","type":"bridge","bridge":"br1","ipam":{"type":"static","subnet":"10.10.0.0/24"}}`

@@ -13,8 +13,8 @@ import (
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/model/multus"
-	"github.com/kvnet/kvnet/migration"
 )
 
 // The attack of issue 27, item 1: a namespace admin copies KubeVirt's

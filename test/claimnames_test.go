@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
 // A VM whose persistent-IP network name has capitals gets kvnet's hashed

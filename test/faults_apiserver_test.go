@@ -25,8 +25,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/migration"
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/migration"
+	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"
 )

@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/model/multus"
-	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"
 )

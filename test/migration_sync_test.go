@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/migration"
+	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/model/primaryudn"
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
 // A primary layer2 UDN as OVN-Kubernetes renders it for a

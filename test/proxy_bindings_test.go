@@ -26,8 +26,8 @@ import (
 
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/migration"
-	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/internal/migration"
+	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

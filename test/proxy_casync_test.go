@@ -20,7 +20,7 @@ import (
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

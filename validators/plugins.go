@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 )
 
 // Plugins refuses an interface whose binding plugin the KubeVirt CR does not

@@ -13,7 +13,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/webhook"
 )

@@ -14,11 +14,11 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/internal/apijson"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
-	"github.com/kvnet/kvnet/patch"
+	"github.com/kvnet/kvnet/internal/patch"
 )
 
 // PodMutator is a mutating webhook for pods. Its webhook configuration

@@ -12,8 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/chain"
-	"github.com/kvnet/kvnet/patch"
+	"github.com/kvnet/kvnet/internal/chain"
+	"github.com/kvnet/kvnet/internal/patch"
 )
 
 // regionValues are the regions' values before the chain ran, in Regions' order.

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/model/multus"
-	"github.com/kvnet/kvnet/migration"
 )
 
 // A launcher pod's selection prints one element a line, keys in their

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/internal/proxy"
 )
 
 // The chart's RBAC for the KubeVirt CA exchange, on an API server that

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/migration"
+	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/internal/config"
-	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

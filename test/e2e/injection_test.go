@@ -9,7 +9,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
 const bridgeConfig = `{"cniVersion":"0.4.0","name":"%s","type":"bridge","bridge":"br1"}`

@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/test/framework"
 )

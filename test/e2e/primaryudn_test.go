@@ -18,7 +18,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/model/primaryudn"
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 )
 

@@ -22,8 +22,7 @@ const module = "github.com/kvnet/kvnet/"
 // topLevel are the folders that may hold Go code: the card's, and internal/
 // and hack/.
 var topLevel = []string{
-	"certs", "chain", "cmd", "hack", "internal", "migration", "mutators", "patch",
-	"persistentips", "proxy", "test", "validators", "webhook",
+	"certs", "cmd", "hack", "internal", "mutators", "test", "validators", "webhook",
 }
 
 // mayImport says which kvnet packages the non-test code of a folder may
@@ -35,32 +34,32 @@ var mayImport = map[string][]string{
 	// Leaves: the model, and helpers that know nothing of kvnet.
 	"internal/model": {"internal/model"},
 	// An annotation's network is a config network, validated as one.
-	"internal/model/requested": {"internal/model", "internal/config"},
-	"internal/metrics":         {},
-	"internal/version":         {},
-	"internal/apijson":         {},
-	"patch":                    {},
-	"migration/ippool":         {},
+	"internal/model/requested":  {"internal/model", "internal/config"},
+	"internal/metrics":          {},
+	"internal/version":          {},
+	"internal/apijson":          {},
+	"internal/patch":            {},
+	"internal/migration/ippool": {},
 
 	// What admission and the controllers read: policy and cluster facts.
-	"internal/config": {"internal/model", "internal/metrics", "migration/ippool"},
+	"internal/config": {"internal/model", "internal/metrics", "internal/migration/ippool"},
 	"internal/lookup": {"internal/model"},
 
 	// Admission machinery, then the steps it runs.
-	"chain":      {"internal/config", "internal/lookup", "internal/metrics", "internal/model"},
-	"mutators":   {"chain", "internal/config", "internal/lookup", "internal/metrics", "internal/model", "persistentips"},
-	"validators": {"chain", "internal/config", "internal/lookup", "internal/model", "persistentips"},
+	"internal/chain": {"internal/config", "internal/lookup", "internal/metrics", "internal/model"},
+	"mutators":       {"internal/chain", "internal/config", "internal/lookup", "internal/metrics", "internal/model", "internal/persistentips"},
+	"validators":     {"internal/chain", "internal/config", "internal/lookup", "internal/model", "internal/persistentips"},
 	// The edge serves whatever chains it is given: never mutators,
 	// validators or a controller.
-	"webhook":          {"chain", "patch", "internal/apijson", "internal/config", "internal/lookup", "internal/metrics", "internal/model"},
-	"internal/offline": {"chain", "webhook", "internal/config", "internal/lookup", "internal/model"},
+	"webhook":          {"internal/chain", "internal/patch", "internal/apijson", "internal/config", "internal/lookup", "internal/metrics", "internal/model"},
+	"internal/offline": {"internal/chain", "webhook", "internal/config", "internal/lookup", "internal/model"},
 
 	// Controllers and the proxy: they may use the admission machinery, not
 	// each other, and not the steps.
-	"persistentips": {"internal/config", "internal/lookup", "internal/metrics", "internal/model"},
-	"migration":     {"chain", "internal/config", "internal/metrics", "internal/model", "migration/ippool"},
-	"certs":         {"internal/metrics"},
-	"proxy":         {"webhook", "internal/apijson", "internal/metrics", "internal/model"},
+	"internal/persistentips": {"internal/config", "internal/lookup", "internal/metrics", "internal/model"},
+	"internal/migration":     {"internal/chain", "internal/config", "internal/metrics", "internal/model", "internal/migration/ippool"},
+	"certs":                  {"internal/metrics"},
+	"internal/proxy":         {"webhook", "internal/apijson", "internal/metrics", "internal/model"},
 
 	// Wiring, tools and tests: anything.
 	"cmd":  {"*"},

@@ -18,12 +18,12 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/chain"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/offline"
-	"github.com/kvnet/kvnet/migration"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/webhook"
 )

@@ -25,7 +25,7 @@ import (
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/model/multus"
-	"github.com/kvnet/kvnet/persistentips"
+	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/test/loadtest"
 )

@@ -3,7 +3,7 @@ package app
 import (
 	"slices"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/validators"
 	"github.com/kvnet/kvnet/webhook"

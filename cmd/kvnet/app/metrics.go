@@ -8,10 +8,10 @@ import (
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/metrics"
-	"github.com/kvnet/kvnet/migration"
+	"github.com/kvnet/kvnet/internal/migration"
+	"github.com/kvnet/kvnet/internal/persistentips"
+	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/persistentips"
-	"github.com/kvnet/kvnet/proxy"
 	"github.com/kvnet/kvnet/webhook"
 )
 

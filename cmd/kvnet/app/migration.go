@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvnet/kvnet/internal/config"
-	"github.com/kvnet/kvnet/migration"
+	"github.com/kvnet/kvnet/internal/migration"
 )
 
 // migrationExtension adds the migration-address allocator to the

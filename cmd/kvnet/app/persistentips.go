@@ -13,8 +13,8 @@ import (
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/offline"
+	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/mutators"
-	"github.com/kvnet/kvnet/persistentips"
 )
 
 // persistentIPsPreview lets kvnet mutate print the claims next to the VM

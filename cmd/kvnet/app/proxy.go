@@ -30,8 +30,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvnet/kvnet/migration"
-	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/internal/migration"
+	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/webhook"
 )
 

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/internal/proxy"
 )
 
 // configMapCache is an informer on one ConfigMap (not on every ConfigMap

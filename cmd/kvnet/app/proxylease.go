@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/leaderelection"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/kvnet/kvnet/proxy"
+	"github.com/kvnet/kvnet/internal/proxy"
 )
 
 // existingLease is the leader election lock of a proxy that does not create

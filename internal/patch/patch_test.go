@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/patch"
+	"github.com/kvnet/kvnet/internal/patch"
 )
 
 // roundTrip decodes raw into T, marshals it (before), applies mutate and

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvnet/kvnet/patch"
+	"github.com/kvnet/kvnet/internal/patch"
 )
 
 // StringMap says per key what changed, escapes keys, and adds a map the

@@ -7,7 +7,7 @@ import (
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/kvnet/kvnet/chain"
+	"github.com/kvnet/kvnet/internal/chain"
 )
 
 // Pointers names every region, each once, for a VM (with its template's
