@@ -7,7 +7,7 @@ export KUBEBUILDER_ASSETS ?= $(ASSETS)
 GO ?= go
 
 .PHONY: all build loadtest demo demo-down demo-offline test race unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
-.PHONY: prometheus nri
+.PHONY: prometheus nri peers
 
 # The version comes from the chart's appVersion, so the binary's `kvnet
 # version`, the image tag and the chart's default image are one number.
@@ -114,7 +114,7 @@ export KVNET_PROMETHEUS_DIR ?= $(CURDIR)/bin/tools/prometheus-$(PROMETHEUS_VERSI
 prometheus:
 	@PROMETHEUS_VERSION=$(PROMETHEUS_VERSION) hack/prometheus.sh >/dev/null
 
-# Builds network-resources-injector's webhook (test/peers runs it beside
+# Builds network-resources-injector's webhook (test/e2e runs it beside
 # kvnet) from its Go module into bin/tools/nri-<version>/ once, with the
 # project's deployments/; skipped when present. The tests find it through
 # KVNET_NRI_DIR.
@@ -122,6 +122,14 @@ NRI_VERSION ?= v1.9.0
 export KVNET_NRI_DIR ?= $(CURDIR)/bin/tools/nri-$(NRI_VERSION)
 nri:
 	@NRI_VERSION=$(NRI_VERSION) hack/nri.sh >/dev/null
+
+# Unpacks ipam-extensions and kubemacpool (test/e2e runs them beside kvnet)
+# from ../shared/peers into bin/tools/peers/ once, each checked against its
+# SHA256SUMS line; skipped when present. The tests find them through
+# KVNET_PEERS_DIR.
+export KVNET_PEERS_DIR ?= $(CURDIR)/bin/tools/peers
+peers:
+	@hack/peers.sh >/dev/null
 
 # Lints and renders charts/kvnet with its default values (the full matrix,
 # applied to a real API server, runs in test/chart as part of `make test`).
@@ -144,12 +152,12 @@ lint: $(STATICCHECK)
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test)
 
-integration: control-plane helm kubevirt prometheus nri
+integration: control-plane helm kubevirt prometheus nri peers
 	$(GO) test -count=1 -timeout 20m ./test/...
 
 # Every test: lint, unit, integration on a real API server, fuzz seeds, a
 # benchmark smoke run.
-test: lint control-plane helm kubevirt prometheus nri
+test: lint control-plane helm kubevirt prometheus nri peers
 	$(GO) test -count=1 -timeout 30m ./...
 	@# Every benchmark, as a smoke run: each must still run and pass its checks
 	@# (test/ holds the integration suites, which start an API server and have none).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds network-resources-injector's webhook (test/peers runs it beside
+# Builds network-resources-injector's webhook (test/e2e runs it beside
 # kvnet) into bin/tools/nri-<version>/, from the
 # github.com/k8snetworkplumbingwg/network-resources-injector Go module, so
 # `make test` needs only Go. Skips the build when it is there.
@@ -30,7 +30,7 @@ if ! have_all; then
   # Outside any module, so kvnet's go.mod plays no part.
   src=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "$module@$NRI_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$src" ] || { echo "hack/nri.sh: go mod download $module@$NRI_VERSION gave no source folder" >&2; exit 1; }
-  # Static: test/peers runs it in a chroot holding only itself and its files.
+  # Static: test/e2e runs it in a chroot holding only itself and its files.
   (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$tmp/webhook" ./cmd/webhook)
   mkdir "$tmp/deployments"
   cp "$src"/deployments/*.yaml "$tmp/deployments/"
