@@ -1,13 +1,17 @@
-// Package patch computes the one JSON patch an admission response carries.
+// Package patch builds the one JSON patch an admission response carries,
+// from the operations the chain made rather than from a diff of the whole
+// object.
 //
-// Mutators work on typed structs, so the diff is taken between two marshals
-// of the same struct (before and after the chain). Diffing against the raw
-// request instead would emit "remove" operations for every field the vendored
-// KubeVirt API does not know, deleting data a newer KubeVirt wrote. A typed
-// marshal does contain empty parents the raw object may lack (a template
-// without metadata marshals as "metadata": {}), so each operation whose
-// parent is missing from the raw object is lifted to add the nearest missing
-// ancestor whole.
+// Three shapes of operation come out of it: Nested adds values under a
+// parent the object may lack (one add of the first missing ancestor),
+// StringMap edits annotation and label maps key by key, and ComputeAt
+// diffs one value the admitted object already had (an interface gaining a
+// binding) member by member against its raw JSON. That last one is the
+// only diff: the typed value lacks the fields a newer KubeVirt added, so
+// replacing it whole would delete them, and Compute keeps every member of
+// the raw value that the typed marshal lacks. A typed marshal does contain
+// empty parents the raw value may lack, so each operation whose parent is
+// missing from raw is lifted to add the nearest missing ancestor whole.
 package patch
 
 import (
@@ -22,6 +26,8 @@ import (
 
 // Compute returns the operations that turn raw into raw-with-the-changes
 // between before and after, keeping every field of raw that before lacks.
+// ComputeAt is its caller in the webhook; it is exported so that its cases
+// are tested on their own.
 func Compute(raw, before, after []byte) ([]jsonpatch.Operation, error) {
 	if bytes.Equal(before, after) {
 		return nil, nil
