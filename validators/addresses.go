@@ -41,7 +41,7 @@ import (
 type Addresses struct{}
 
 // Name implements chain.Validator.
-func (Addresses) Name() string { return "addresses" }
+func (Addresses) Name() string { return "address-requests" }
 
 type addressAsk struct {
 	network string

@@ -32,7 +32,7 @@ import (
 type PrimaryUDN struct{}
 
 // Name implements chain.Validator.
-func (PrimaryUDN) Name() string { return "primary-udn" }
+func (PrimaryUDN) Name() string { return "primary-udn-requests" }
 
 // Validate implements chain.Validator.
 func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {

@@ -22,7 +22,7 @@ import (
 type VDPA struct{}
 
 // Name implements chain.Validator.
-func (VDPA) Name() string { return "vdpa" }
+func (VDPA) Name() string { return "vdpa-requirements" }
 
 // Validate implements chain.Validator.
 func (VDPA) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
