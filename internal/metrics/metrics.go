@@ -25,7 +25,7 @@ var (
 	// Requests counts admission requests per webhook and outcome.
 	Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvnet_admission_requests_total",
-		Help: "Admission requests by webhook and outcome (allowed, patched, denied, error, skipped).",
+		Help: "Admission requests by webhook and outcome (allowed, patched, denied, bad-request, error; a request kvnet skips is allowed).",
 	}, []string{"webhook", "outcome"})
 	// RequestLatency is the whole handler's latency per webhook. The
 	// buckets reach the API server's longest webhook timeout (30s), so a

@@ -67,7 +67,7 @@ func TestRegister(t *testing.T) {
 	// registered; Register must not take that for its own collector.
 	other := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvnet_admission_requests_total",
-		Help: "Admission requests by webhook and outcome (allowed, patched, denied, error, skipped).",
+		Help: "Admission requests by webhook and outcome (allowed, patched, denied, bad-request, error; a request kvnet skips is allowed).",
 	}, []string{"webhook", "outcome"})
 	var dup prometheus.AlreadyRegisteredError
 	if err := Register(reg, other); !errors.As(err, &dup) {
