@@ -86,7 +86,7 @@ func newVMView(kind string) any {
 // otherwise decodes raw, noting duplicates of members (nil: none looked
 // for, see unmarshalNoting). A view the Edge decoded came from v2, which
 // refuses any duplicate name, so there is none to report.
-func decodeView[V any](raw []byte, members map[string]bool, view any) (*V, error, error) {
+func decodeView[V any](raw []byte, members map[string]bool, view any) (*V, *duplicateMember, error) {
 	if v, ok := view.(*V); ok && v != nil {
 		return v, nil, nil
 	}
@@ -94,6 +94,14 @@ func decodeView[V any](raw []byte, members map[string]bool, view any) (*V, error
 	dups, err := unmarshalNoting(raw, v, members)
 	return v, dups, err
 }
+
+// duplicateMember is a member a patch relies on that the object gives
+// twice: not a decoding failure (the decode merged both copies), but a
+// reason to refuse the request if it needs a patch. It carries the strict
+// decoder's error, which names the field.
+type duplicateMember struct{ err error }
+
+func (d *duplicateMember) Error() string { return d.err.Error() }
 
 // unmarshalNoting decodes raw into v as apijson.Unmarshal does and returns
 // the first duplicate of one of members, the members a patch relies on (a
@@ -104,7 +112,7 @@ func decodeView[V any](raw []byte, members map[string]bool, view any) (*V, error
 // only a hand-written object has one, and it is refused only when there
 // is a patch (see VMMutator and PodMutator). A handler that writes no
 // patch passes nil members and does not pay for looking.
-func unmarshalNoting(raw []byte, v any, members map[string]bool) (error, error) {
+func unmarshalNoting(raw []byte, v any, members map[string]bool) (*duplicateMember, error) {
 	if members == nil {
 		return nil, apijson.Unmarshal(raw, v)
 	}
@@ -114,7 +122,7 @@ func unmarshalNoting(raw []byte, v any, members map[string]bool) (error, error) 
 	}
 	for _, e := range strict {
 		if f, ok := e.(interface{ FieldPath() string }); ok && members[withoutIndexes(f.FieldPath())] {
-			return e, nil
+			return &duplicateMember{err: e}, nil
 		}
 	}
 	return nil, nil
@@ -243,9 +251,9 @@ type vmShape struct {
 	templateMeta metaShape
 	// vmiSpec is a VM's spec.template.spec or a VMI's spec.
 	vmiSpec specShape
-	// duplicate is the error naming a member above that the object gives
-	// twice, if any (see unmarshalNoting).
-	duplicate error
+	// duplicate names a member above that the object gives twice, if any
+	// (see unmarshalNoting).
+	duplicate *duplicateMember
 }
 
 type metaShape struct{ present, annotations, labels bool }

@@ -290,9 +290,9 @@ type podView struct {
 type podPresence struct {
 	metadata, annotations, labels, spec, containers, volumes, nodeSelector bool
 	resources, requests, limits                                            []bool
-	// duplicate is the error naming a member of podPatchMembers that the
-	// pod gives twice, if any (see unmarshalNoting).
-	duplicate error
+	// duplicate names a member of podPatchMembers that the pod gives
+	// twice, if any (see unmarshalNoting).
+	duplicate *duplicateMember
 }
 
 // podPatchMembers are the field paths, in the strict decoder's notation
