@@ -163,6 +163,15 @@ func piLauncherNetworks(vmi *kubevirtv1.VirtualMachineInstance) string {
 // writes it (labels, annotations, owner reference) and returns it as stored.
 func piCreateLauncher(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance) *corev1.Pod {
 	t.Helper()
+	pod := piLauncherPod(vmi)
+	if err := env.Client.Create(context.Background(), pod); err != nil {
+		t.Fatalf("creating launcher pod: %v", err)
+	}
+	return pod
+}
+
+// piLauncherPod is the virt-launcher pod virt-controller writes for vmi.
+func piLauncherPod(vmi *kubevirtv1.VirtualMachineInstance) *corev1.Pod {
 	labels := map[string]string{"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": string(vmi.UID)}
 	if len(vmi.Name) <= 63 {
 		labels["vm.kubevirt.io/name"] = vmi.Name
@@ -189,9 +198,6 @@ func piCreateLauncher(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance) *cor
 			}},
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "compute", Image: "quay.io/kubevirt/virt-launcher:v1.9.0"}}},
-	}
-	if err := env.Client.Create(context.Background(), pod); err != nil {
-		t.Fatalf("creating launcher pod: %v", err)
 	}
 	return pod
 }

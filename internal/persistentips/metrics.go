@@ -38,6 +38,10 @@ var (
 		Name: "kvnet_persistentips_claim_conflicts_total",
 		Help: "Times kvnet found the IPAMClaim it wanted already controlled by another object and did not adopt it.",
 	})
+	identitiesReceived = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvnet_persistentips_identities_received_total",
+		Help: "Network identities of cross-cluster migrations a peer sent, by outcome: accepted (written into the receiving VM's claims) or why they were refused (target-pod-exists, network-name, outside-subnets, ip-held, claim-conflict).",
+	}, []string{"outcome"})
 )
 
 // RegisterMetrics registers the persistent-IP controllers' metrics on reg.
@@ -47,7 +51,10 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	claimsReleased.WithLabelValues(ReasonVMDeleted)
 	claimsReleased.WithLabelValues(ReasonVMIGone)
 	claimsReleased.WithLabelValues(ReasonNetworkChanged)
-	return metrics.Register(reg, claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts)
+	for _, o := range []string{OutcomeAccepted, ReasonLate, ReasonNetworkName, ReasonOutsideSubnets, ReasonHeld, ReasonClaim} {
+		identitiesReceived.WithLabelValues(o)
+	}
+	return metrics.Register(reg, claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts, identitiesReceived)
 }
 
 // leakTracker sums, over all owners, the claims that are held but unused,

@@ -111,6 +111,11 @@ type ProxyOptions struct {
 	CASync            bool
 	KubeVirtNamespace string
 	CASyncInterval    time.Duration
+	// ReceiveIdentities lets peers send the network identity of a
+	// migration into this cluster (issue 30): the hop listener checks it
+	// and writes the receiving VM's IPAMClaims. Off, a peer's identity is
+	// refused (identity-exchange-off).
+	ReceiveIdentities bool
 
 	// MetricsAddr, MetricsInsecure and MetricsCertDir are where and how
 	// /metrics is served (MetricsServing): HTTPS with the API server's
@@ -214,6 +219,9 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 			Cert: o.Cert, GetCert: getCert, Peers: o.Peers, Modes: o.Modes, Resolver: resolver,
 			Limiter: limiter, DialTimeout: o.DialTimeout, IdleTimeout: o.IdleTimeout, Log: log.WithName("hop"),
 			Bindings: bindings,
+		}
+		if o.ReceiveIdentities {
+			ts.Identities = newIdentityReceiver(mgr)
 		}
 		if o.CASync {
 			if err := setupCASync(mgr, o, c.Dialer, ts); err != nil {
@@ -451,6 +459,7 @@ See docs/migration-proxy.md.`,
 	fs.BoolVar(&o.CASync, "kubevirt-ca-sync", true, "keep KubeVirt's CA bundles in step with the peers over the hop: offer kubevirt-ca, store theirs in kubevirt-external-ca (with --peers and the hop listener)")
 	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", proxy.DefaultKubeVirtNamespace, "KubeVirt's namespace: kubevirt-ca and kubevirt-external-ca")
 	fs.DurationVar(&o.CASyncInterval, "kubevirt-ca-sync-interval", proxy.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
+	fs.BoolVar(&o.ReceiveIdentities, "receive-network-identities", true, "take the network identity (claim IPs and MACs) of a migration from the peer it is bound to and write it into the receiving VM's IPAMClaims (with --peers and the hop listener)")
 	registerMetricsFlags(fs, &o.MetricsAddr, &o.MetricsInsecure, &o.MetricsCertDir)
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")

@@ -1,0 +1,48 @@
+package app
+
+import (
+	"context"
+	"errors"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/persistentips"
+	"github.com/kvnet/kvnet/internal/proxy"
+)
+
+// identityReceiver is the hop's IdentityReceiver: persistentips.Receiver
+// behind the proxy's types. The layout keeps the proxy and the claims
+// apart (neither imports the other), so the two meet here.
+type identityReceiver struct{ r *persistentips.Receiver }
+
+// newIdentityReceiver reads uncached (the checks must see the pod or claim
+// that holds an address now, not what an informer last heard) and records
+// its outcome on the receive VMIM.
+func newIdentityReceiver(mgr manager.Manager) identityReceiver {
+	return identityReceiver{&persistentips.Receiver{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Facts: lookup.NewReader(mgr.GetAPIReader()),
+		Events: mgr.GetEventRecorder("kvnet-migration-proxy"),
+		Log:    mgr.GetLogger().WithName("migration-proxy").WithName("identity"),
+	}}
+}
+
+// ReceiveIdentity implements proxy.IdentityReceiver: a late identity is
+// identity-after-target-pod, any other mismatch identity-mismatch.
+func (i identityReceiver) ReceiveIdentity(ctx context.Context, peer string, vmim types.NamespacedName, id proxy.Identity) error {
+	nets := make([]persistentips.ReceivedNetwork, 0, len(id.Networks))
+	for _, n := range id.Networks {
+		nets = append(nets, persistentips.ReceivedNetwork{Name: n.Name, NetworkName: n.NetworkName, MAC: n.MAC, IPs: n.IPs})
+	}
+	err := i.r.Receive(ctx, peer, vmim, nets)
+	var m *persistentips.Mismatch
+	if !errors.As(err, &m) {
+		return err
+	}
+	reason := proxy.RefusedIdentityMismatch
+	if m.Reason == persistentips.ReasonLate {
+		reason = proxy.RefusedIdentityLate
+	}
+	return &proxy.IdentityRefusal{Reason: reason, Err: m}
+}

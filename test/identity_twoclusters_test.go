@@ -1,0 +1,255 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/persistentips"
+	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/test/framework"
+)
+
+// identityTarget is the target cluster of a cross-cluster migration with
+// kvnet in it (the suite's control plane: its webhooks and claim
+// controller), its proxy's hop, and the peers' dialers.
+type identityTarget struct {
+	ns, network string
+	hop         *proxy.Peer
+	fromA       *proxy.Dialer // the source cluster's proxy, the one peer a migration binds to first
+	fromC       *proxy.Dialer // another trusted peer
+}
+
+// startIdentityTarget starts the target's `kvnet proxy` on the suite's
+// control plane with peers cluster-a and cluster-c, and a namespace with a
+// layer2 NAD that keeps persistent IPs on 10.100.0.0/24. The network name
+// is the namespace's, so the held check sees no other test's claims.
+func startIdentityTarget(t *testing.T) *identityTarget {
+	t.Helper()
+	hopAddr := loopbackAddr(t, 6)
+	pa, pb, pc := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b"), certstest.New(t, "cluster-c")
+	hop, err := net.Listen("tcp", net.JoinHostPort(hopAddr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := app.NewProxyManager(env.Config, app.ProxyOptions{
+		AdvertiseAddress: hopAddr, HopListener: hop, Cert: pb.Cert, ReceiveIdentities: true,
+		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}, {Name: "cluster-c", CAs: pc.Pool}},
+		MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startProxy(t, mgr)
+	ns := env.NewNamespace(t, nil)
+	it := &identityTarget{ns: ns, network: "blue-" + ns,
+		hop:   &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool},
+		fromA: &proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}, fromC: &proxy.Dialer{Cert: pc.Cert, Mode: proxy.ModeTLS}}
+	piPersistentNAD(t, ns, "blue", it.network)
+	return it
+}
+
+// receive creates what KubeVirt has in the target cluster before the
+// source VMIM exists: the WaitAsReceiver VM, the receiving VMI it starts
+// (no pod), and the receive VMIM for migration ID ns-name. kvnet's
+// controller gives the VM its (empty) claim, as for any VM.
+func (it *identityTarget) receive(t *testing.T, name string) (*kubevirtv1.VirtualMachineInstance, *kubevirtv1.VirtualMachineInstanceMigration) {
+	t.Helper()
+	vm := piVmWithNetworks(it.ns, name, [2]string{"blue", "blue"})
+	vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyWaitAsReceiver)
+	piCreateVM(t, vm)
+	vmi := piStartVMI(t, vm)
+	piWaitClaim(t, it.ns, name+".blue", "VirtualMachine", name, vm.UID, it.network, "blue")
+	vmim := &kubevirtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: it.ns, Name: name + "-in"},
+		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: name,
+			Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: it.ns + "-" + name}},
+	}
+	mustCreate(t, env.Client, vmim)
+	return vmi, vmim
+}
+
+// identity is what the source proxy sends for a VM with one network blue.
+func (it *identityTarget) identity(vmim *kubevirtv1.VirtualMachineInstanceMigration, network string, ips ...string) proxy.Identity {
+	n := proxy.NetworkIdentity{Name: "blue", NetworkName: network, MAC: net.HardwareAddr{0x02, 0x6b, 0x76, 0x00, 0x00, 0x05}}
+	for _, ip := range ips {
+		n.IPs = append(n.IPs, netip.MustParsePrefix(ip))
+	}
+	return proxy.Identity{MigrationID: vmim.Spec.Receive.MigrationID, Networks: []proxy.NetworkIdentity{n}}
+}
+
+// offer sends id from d, waiting out unknown-migration while the target
+// proxy's cache has not seen the VMIM yet; it returns the refusal, if any.
+func (it *identityTarget) offer(t *testing.T, d *proxy.Dialer, id proxy.Identity) proxy.Refusal {
+	t.Helper()
+	var got proxy.Refusal
+	proxyEventually(t, "the target proxy answers the identity for "+id.MigrationID, func() error {
+		err := d.OfferIdentity(context.Background(), it.hop, id)
+		var re *proxy.RefusedError
+		switch {
+		case err == nil:
+			got = 0
+		case !errors.As(err, &re):
+			t.Fatalf("offering the identity: %v", err)
+		case re.Reason == proxy.RefusedUnknownMigration:
+			return err
+		default:
+			got = re.Reason
+		}
+		return nil
+	})
+	return got
+}
+
+// refused offers id and wants reason back, counted on the target side, a
+// Warning event saying why on the receive VMIM (when the receiver refused
+// it, not the hop), and the claim left as it was.
+// outcome is kvnet_persistentips_identities_received_total's label ("" when
+// the hop refuses before the receiver); an outcome's event is a series
+// that keeps its first note, so says is checked once per outcome.
+func (it *identityTarget) refused(t *testing.T, what string, d *proxy.Dialer, vmim *kubevirtv1.VirtualMachineInstanceMigration, id proxy.Identity, reason proxy.Refusal, outcome, says string) {
+	t.Helper()
+	received := map[string]string{"outcome": outcome}
+	before, outcomes := refusedCount(t, "target", reason), metricValue(t, "kvnet_persistentips_identities_received_total", received)
+	claim, _ := piGetClaim(it.ns, vmim.Spec.VMIName+".blue")
+	if got := it.offer(t, d, id); got != reason {
+		t.Fatalf("%s: got refusal %q, want %s", what, got, reason)
+	}
+	if after := refusedCount(t, "target", reason); after < before+1 {
+		t.Errorf("%s: kvnet_proxy_refused_total{side=target,reason=%s} %v -> %v", what, reason, before, after)
+	}
+	if after, _ := piGetClaim(it.ns, claim.Name); after.ResourceVersion != claim.ResourceVersion {
+		t.Errorf("%s: the claim changed: status %v annotations %v", what, after.Status.IPs, after.Annotations)
+	}
+	if outcome != "" {
+		if after := metricValue(t, "kvnet_persistentips_identities_received_total", received); after != outcomes+1 {
+			t.Errorf("%s: kvnet_persistentips_identities_received_total{outcome=%s} %v -> %v", what, outcome, outcomes, after)
+		}
+	}
+	if says != "" {
+		identityEvent(t, vmim, corev1.EventTypeWarning, "NetworkIdentityRefused", says)
+	}
+}
+
+// identityEvent waits for an event of reason on the VMIM whose note says
+// says.
+func identityEvent(t *testing.T, vmim *kubevirtv1.VirtualMachineInstanceMigration, typ, reason, says string) {
+	t.Helper()
+	piEventually(t, fmt.Sprintf("a %s event saying %q on VMIM %s", reason, says, vmim.Name), func() error {
+		var evs eventsv1.EventList
+		if err := env.Client.List(context.Background(), &evs, client.InNamespace(vmim.Namespace)); err != nil {
+			return err
+		}
+		var notes []string
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "VirtualMachineInstanceMigration" && e.Regarding.Name == vmim.Name && e.Reason == reason && e.Type == typ {
+				if strings.Contains(e.Note, says) {
+					return nil
+				}
+				notes = append(notes, e.Note)
+			}
+		}
+		return fmt.Errorf("%s events: %q", reason, notes)
+	})
+}
+
+// targetPod is the launcher pod virt-controller's createTargetPod makes
+// for a migration: the VMI's launcher pod with the migration's UID label
+// and name annotation.
+func targetPod(vmi *kubevirtv1.VirtualMachineInstance, vmim *kubevirtv1.VirtualMachineInstanceMigration) *corev1.Pod {
+	pod := piLauncherPod(vmi)
+	pod.Labels[kubevirtv1.MigrationJobLabel] = string(vmim.UID)
+	pod.Annotations[kubevirtv1.MigrationJobNameAnnotation] = vmim.Name
+	return pod
+}
+
+// The target side of a migration's network identity (issue 30): the
+// receiving VM's claim takes the source's IPs and MAC once, before its
+// target pod exists, and every identity this cluster cannot honour is
+// refused back over the hop with the claim untouched: another network
+// name, an IP outside the NAD's subnets, an IP a claim or a pod already
+// holds here, a second peer, and one that comes after the target pod.
+func TestIdentityTargetSide(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	it := startIdentityTarget(t)
+	vmi, vmim := it.receive(t, "vm1")
+
+	// Held in the target: a claim of another VM on the same network (in
+	// another namespace), and a pod whose network-status has an address.
+	other := env.NewNamespace(t, nil)
+	foreign := persistentips.NewClaim(persistentips.Owner{Kind: "VirtualMachine", Namespace: other, Name: "app", UID: "uid-app"}, "blue", it.network)
+	foreign.OwnerReferences, foreign.Finalizers = nil, nil
+	mustCreate(t, env.Client, foreign)
+	foreign.Status.IPs = []string{"10.100.0.7/24"}
+	if err := env.Client.Status().Update(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	piPersistentNAD(t, other, "blue", it.network)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "web", Annotations: map[string]string{
+			multus.NetworkStatusAnnotation: `[{"name":"ovn-kubernetes","ips":["10.244.0.8"],"default":true},{"name":"` + other + `/blue","interface":"net1","ips":["10.100.0.8"]}]`,
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web"}}},
+	}
+	mustCreate(t, env.Client, pod)
+
+	for _, c := range []struct {
+		what, outcome, says string
+		id                  proxy.Identity
+	}{
+		{"another network name", persistentips.ReasonNetworkName, `networks[blue].networkName: "red"`, it.identity(vmim, "red", "10.100.0.5/24")},
+		{"an IP outside the subnets", persistentips.ReasonOutsideSubnets, "networks[blue].ips: 10.100.1.5/24 is in no subnet", it.identity(vmim, it.network, "10.100.1.5/24")},
+		{"an IP a claim holds", persistentips.ReasonHeld, fmt.Sprintf("10.100.0.7 is already held on network %q by IPAMClaim %s/app.blue", it.network, other), it.identity(vmim, it.network, "10.100.0.7/24")},
+	} {
+		it.refused(t, c.what, it.fromA, vmim, c.id, proxy.RefusedIdentityMismatch, c.outcome, c.says)
+	}
+	// Another receiving VM, so that its event is not the series above.
+	_, vmim2 := it.receive(t, "vm2")
+	it.refused(t, "an IP a pod holds", it.fromA, vmim2, it.identity(vmim2, it.network, "10.100.0.8/24"), proxy.RefusedIdentityMismatch,
+		persistentips.ReasonHeld, fmt.Sprintf("10.100.0.8 is already held on network %q by pod %s/web", it.network, other))
+	// The migration is cluster-a's now (its first identity bound it):
+	// cluster-c, trusted as a peer, cannot give the VM other addresses.
+	it.refused(t, "a peer the migration is not bound to", it.fromC, vmim, it.identity(vmim, it.network, "10.100.0.5/24"), proxy.RefusedOtherPeer, "", "")
+
+	sent := it.identity(vmim, it.network, "10.100.0.5/24")
+	if got := it.offer(t, it.fromA, sent); got != 0 {
+		t.Fatalf("the bound peer's identity: refused %s", got)
+	}
+	claim, err := piGetClaim(it.ns, "vm1.blue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(claim.Status.IPs, []string{"10.100.0.5/24"}) || claim.Annotations[persistentips.MACAnnotation] != "02:6b:76:00:00:05" {
+		t.Fatalf("claim %s: status.ips %v, %s %q; want the source's IPs and MAC", claim.Name, claim.Status.IPs, persistentips.MACAnnotation, claim.Annotations[persistentips.MACAnnotation])
+	}
+	if ref := metav1.GetControllerOf(claim); ref == nil || ref.Kind != "VirtualMachine" || ref.Name != "vm1" {
+		t.Errorf("claim %s is controlled by %+v, want VM vm1", claim.Name, ref)
+	}
+	identityEvent(t, vmim, corev1.EventTypeNormal, "NetworkIdentityReceived", "peer cluster-a")
+	// The same identity again (a retried offer) changes nothing.
+	if got := it.offer(t, it.fromA, sent); got != 0 {
+		t.Fatalf("the same identity again: refused %s", got)
+	}
+
+	// The target pod exists: an identity now would not reach it.
+	mustCreate(t, env.Client, targetPod(vmi, vmim))
+	it.refused(t, "an identity after the target pod", it.fromA, vmim, sent, proxy.RefusedIdentityLate, persistentips.ReasonLate, "target pod")
+	t.Logf("target side of the identity exchange: %s", time.Since(start).Round(time.Millisecond))
+}
