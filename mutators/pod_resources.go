@@ -40,7 +40,7 @@ var resourcesLeft = prometheus.NewCounterVec(prometheus.CounterOpts{
 // it is an increase.
 func RegisterMetrics(reg prometheus.Registerer) error {
 	resourcesLeft.WithLabelValues(peers.ResourceInjector)
-	return metrics.Register(reg, resourcesAdded, resourcesLeft)
+	return metrics.Register(reg, resourcesAdded, resourcesLeft, targetPodsWaiting)
 }
 
 // NetworkResources gives a virt-launcher pod the device-plugin resources of

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -202,13 +203,13 @@ func TestIdentityTargetSide(t *testing.T) {
 		t.Fatal(err)
 	}
 	piPersistentNAD(t, other, "blue", it.network)
-	pod := &corev1.Pod{
+	web := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "web", Annotations: map[string]string{
 			multus.NetworkStatusAnnotation: `[{"name":"ovn-kubernetes","ips":["10.244.0.8"],"default":true},{"name":"` + other + `/blue","interface":"net1","ips":["10.100.0.8"]}]`,
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web"}}},
 	}
-	mustCreate(t, env.Client, pod)
+	mustCreate(t, env.Client, web)
 
 	for _, c := range []struct {
 		what, outcome, says string
@@ -221,12 +222,31 @@ func TestIdentityTargetSide(t *testing.T) {
 		it.refused(t, c.what, it.fromA, vmim, c.id, proxy.RefusedIdentityMismatch, c.outcome, c.says)
 	}
 	// Another receiving VM, so that its event is not the series above.
-	_, vmim2 := it.receive(t, "vm2")
+	vmi2, vmim2 := it.receive(t, "vm2")
+	// A migration inside this cluster (no spec.receive) is not held back:
+	// its claim is filled when OVN-Kubernetes allocates for the source pod.
+	local := &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: it.ns, Name: "vm2-local"},
+		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm2"}}
+	mustCreate(t, env.Client, local)
+	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi2))
+	mustCreate(t, env.Client, targetPod(vmi2, local))
 	it.refused(t, "an IP a pod holds", it.fromA, vmim2, it.identity(vmim2, it.network, "10.100.0.8/24"), proxy.RefusedIdentityMismatch,
 		persistentips.ReasonHeld, fmt.Sprintf("10.100.0.8 is already held on network %q by pod %s/web", it.network, other))
 	// The migration is cluster-a's now (its first identity bound it):
 	// cluster-c, trusted as a peer, cannot give the VM other addresses.
 	it.refused(t, "a peer the migration is not bound to", it.fromC, vmim, it.identity(vmim, it.network, "10.100.0.5/24"), proxy.RefusedOtherPeer, "", "")
+
+	// Before the identity is in, the target pod is denied (virt-controller
+	// retries), so it never gets a fresh IP.
+	waiting := metricValue(t, "kvnet_launcher_target_pods_waiting_for_identity_total", nil)
+	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi))
+	err := env.Client.Create(ctx, targetPod(vmi, vmim))
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "the claims of networks blue (IPAMClaim vm1.blue) hold no IPs yet") {
+		t.Fatalf("the target pod before the identity: %v, want 403 saying its claim holds no IPs", err)
+	}
+	if after := metricValue(t, "kvnet_launcher_target_pods_waiting_for_identity_total", nil); after != waiting+1 {
+		t.Errorf("kvnet_launcher_target_pods_waiting_for_identity_total %v -> %v", waiting, after)
+	}
 
 	sent := it.identity(vmim, it.network, "10.100.0.5/24")
 	if got := it.offer(t, it.fromA, sent); got != 0 {
@@ -249,7 +269,12 @@ func TestIdentityTargetSide(t *testing.T) {
 	}
 
 	// The target pod exists: an identity now would not reach it.
-	mustCreate(t, env.Client, targetPod(vmi, vmim))
+	pod := targetPod(vmi, vmim)
+	mustCreate(t, env.Client, pod)
+	elems := piSelection(t, piStoredPod(t, pod))
+	if len(elems) != 1 || elems[0]["ipam-claim-reference"] != "vm1.blue" || elems[0]["mac"] != "02:6b:76:00:00:05" {
+		t.Fatalf("the target pod's Multus elements %v, want blue's with claim vm1.blue and the source's MAC", elems)
+	}
 	it.refused(t, "an identity after the target pod", it.fromA, vmim, sent, proxy.RefusedIdentityLate, persistentips.ReasonLate, "target pod")
 	t.Logf("target side of the identity exchange: %s", time.Since(start).Round(time.Millisecond))
 }
