@@ -609,7 +609,7 @@ func TestRulesAndDashboardUseExportedMetrics(t *testing.T) {
 // proxyPerPeer are the metrics whose series only `kvnet proxy` has, one per
 // configured peer once its KubeVirt CA exchange runs (TestProxyKubeVirtCASync
 // checks they are set): the webhook process scraped here has the collector
-// but no peer, so no series. For them the check is that proxy/ declares the
+// but no peer, so no series. For them the check is that internal/proxy declares the
 // exact name, which still catches a rule with a misspelt one.
 var proxyPerPeer = map[string]bool{"kvnet_proxy_ca_exchange_last_success_timestamp_seconds": true}
 
@@ -618,9 +618,12 @@ func declaredByProxyPerPeer(t *testing.T, name string) bool {
 	if !proxyPerPeer[name] {
 		return false
 	}
-	files, err := filepath.Glob(filepath.Join(framework.RepoRoot(), "proxy", "*.go"))
+	files, err := filepath.Glob(filepath.Join(framework.RepoRoot(), "internal", "proxy", "*.go"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no Go files in internal/proxy: the proxy package moved, update this check")
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
