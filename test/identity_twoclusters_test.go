@@ -278,3 +278,81 @@ func TestIdentityTargetSide(t *testing.T) {
 	it.refused(t, "an identity after the target pod", it.fromA, vmim, sent, proxy.RefusedIdentityLate, persistentips.ReasonLate, "target pod")
 	t.Logf("target side of the identity exchange: %s", time.Since(start).Round(time.Millisecond))
 }
+
+// A VM keeps its network identity across a cross-cluster live migration,
+// through both proxies between two API servers, in the order KubeVirt
+// writes the objects: the target's WaitAsReceiver VM, receiving VMI and
+// receive VMIM; then the source VMIM, which kvnet's source proxy sees and
+// offers the VM's claim IPs and MAC for; then the target pod, which
+// virt-controller creates again until kvnet admits it. The target pod's
+// claim holds the source's IPs and its Multus element the source's MAC.
+func TestIdentityAcrossClusters(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	src, err := framework.StartCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Stop)
+	it := startIdentityTarget(t)
+	vmi, vmim := it.receive(t, "vm1")
+
+	// The source cluster: the running VM's VMI with the MAC the guest
+	// has, and its claim as kvnet's controller created it and
+	// OVN-Kubernetes filled it.
+	mustCreate(t, src.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: it.ns}})
+	srcVMI := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: it.ns, Name: "vm1"},
+		Spec:       *vmi.Spec.DeepCopy(),
+	}
+	mustCreate(t, src.Client, srcVMI)
+	srcVMI.Status = kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Running, Interfaces: []kubevirtv1.VirtualMachineInstanceNetworkInterface{
+		{Name: "default", MAC: "02:6b:76:00:00:01"}, {Name: "blue", MAC: "02:6b:76:00:00:09", IP: "10.100.0.9"},
+	}}
+	if err := src.Client.Update(ctx, srcVMI); err != nil {
+		t.Fatal(err)
+	}
+	claim := persistentips.NewClaim(persistentips.OwnerOf(srcVMI), "blue", it.network)
+	mustCreate(t, src.Client, claim)
+	claim.Status.IPs = []string{"10.100.0.9/24"}
+	if err := src.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := app.NewProxyManager(src.Config, app.ProxyOptions{
+		AdvertiseAddress: loopbackAddr(t, 7), Cert: it.fromA.Cert, Peers: []*proxy.Peer{it.hop}, SendIdentities: true,
+		MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startProxy(t, mgr)
+	offered := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": "accepted"})
+	mustCreate(t, src.Client, &kubevirtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: it.ns, Name: "vm1-out"},
+		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1",
+			SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: vmim.Spec.Receive.MigrationID, ConnectURL: "127.0.0.1:9185"}},
+	})
+
+	// virt-controller's createTargetPod, retried until admitted.
+	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi))
+	pod := targetPod(vmi, vmim)
+	proxyEventually(t, "the target pod is admitted", func() error {
+		return env.Client.Create(ctx, pod.DeepCopy())
+	})
+	var pods corev1.PodList
+	if err := env.Client.List(ctx, &pods, client.InNamespace(it.ns), client.MatchingLabels{kubevirtv1.MigrationJobLabel: string(vmim.UID)}); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("target pods: %d (%v), want 1", len(pods.Items), err)
+	}
+	elems := piSelection(t, &pods.Items[0])
+	got, err := piGetClaim(it.ns, "vm1.blue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(elems) != 1 || elems[0]["ipam-claim-reference"] != "vm1.blue" || elems[0]["mac"] != "02:6b:76:00:00:09" || !slices.Equal(got.Status.IPs, claim.Status.IPs) {
+		t.Fatalf("target pod elements %v and claim status.ips %v, want claim vm1.blue with the source's %v and MAC 02:6b:76:00:00:09", elems, got.Status.IPs, claim.Status.IPs)
+	}
+	if after := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": "accepted"}); after != offered+1 {
+		t.Errorf("kvnet_proxy_identities_offered_total{outcome=accepted} %v -> %v, want one offer", offered, after)
+	}
+	t.Logf("identity across two clusters: %s", time.Since(start).Round(time.Millisecond))
+}

@@ -52,13 +52,18 @@ type Controller struct {
 	AllowedSources []netip.Prefix
 	IdleTimeout    time.Duration
 	MaxRelayConns  int
+	// Identities, if set, tells the network identity of a source VMI,
+	// which is offered to the peer as soon as the sending VMIM is seen
+	// (offerIdentity); nil offers none.
+	Identities IdentitySource
 	// Log is the controller's logger.
 	Log logr.Logger
 
-	mu       sync.Mutex
-	base     context.Context
-	stop     context.CancelFunc
-	sessions map[types.NamespacedName]*session
+	mu         sync.Mutex
+	identities map[types.NamespacedName]types.UID
+	base       context.Context
+	stop       context.CancelFunc
+	sessions   map[types.NamespacedName]*session
 }
 
 // session is the relays of one migration of one VMI.
@@ -116,6 +121,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.Client.Get(ctx, req.NamespacedName, &vmi); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.closeSession(log, req.NamespacedName, "the VMI is gone")
+			c.markOffered(req.NamespacedName, "")
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("reading VMI %s: %w", req.NamespacedName, err)
@@ -124,10 +130,24 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	remote, ok := RemoteOf(&vmi, vmim)
+	// The identity first: the target pod waits for it, the relays wait
+	// for the target pod's endpoint.
+	retry := c.offerIdentity(ctx, &vmi, vmim)
+	res, err := c.relays(ctx, log, &vmi, vmim)
+	if err == nil && res.RequeueAfter == 0 {
+		res = retry
+	}
+	return res, err
+}
+
+// relays opens, keeps or closes the relays of vmi's migration vmim (nil:
+// none in flight) and publishes them.
+func (c *Controller) relays(ctx context.Context, log logr.Logger, vmi *kubevirtv1.VirtualMachineInstance, vmim *kubevirtv1.VirtualMachineInstanceMigration) (reconcile.Result, error) {
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(vmi)}
+	remote, ok := RemoteOf(vmi, vmim)
 	if !ok {
 		c.closeSession(log, req.NamespacedName, "no in-flight decentralized migration with a target endpoint")
-		return reconcile.Result{}, c.publish(ctx, &vmi, "")
+		return reconcile.Result{}, c.publish(ctx, vmi, "")
 	}
 	if err := CheckMigrationPorts(remote.Ports); err != nil {
 		// Not what KubeVirt's virt-handler writes: open no listener for it.
@@ -135,14 +155,15 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		refused.WithLabelValues("source", RefusedBadPorts.String()).Inc()
 		log.Error(err, "holding the migration back: its target endpoint is not one KubeVirt announces", "migrationID", remote.MigrationID)
 		c.closeSession(log, req.NamespacedName, "target ports not KubeVirt's")
-		return reconcile.Result{}, c.publish(ctx, &vmi, "")
+		return reconcile.Result{}, c.publish(ctx, vmi, "")
 	}
 	var peer *Peer
 	if len(c.Peers) > 0 {
+		var err error
 		if peer, err = PeerFor(c.Peers, vmim.Spec.SendTo.ConnectURL); err != nil {
 			log.Error(err, "holding the migration back: no peer proxy serves its target cluster", "migrationID", remote.MigrationID)
 			c.closeSession(log, req.NamespacedName, "no peer proxy")
-			return reconcile.Result{}, c.publish(ctx, &vmi, "")
+			return reconcile.Result{}, c.publish(ctx, vmi, "")
 		}
 	}
 	published, err := c.Store.Get(ctx, c.StoreReader, req.NamespacedName)
@@ -153,7 +174,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, c.publish(ctx, &vmi, s.mapping.Encode())
+	return reconcile.Result{}, c.publish(ctx, vmi, s.mapping.Encode())
 }
 
 // ensureSession returns the relays for remote, opening them if the VMI has

@@ -80,8 +80,9 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 			refused.WithLabelValues(side, r.String())
 		}
 	}
+	identitiesOffered.WithLabelValues("accepted")
 	return metrics.Register(reg, connections, active, bytesRelayed, migrationBytes, dialErrors, refused,
-		acceptErrors, listenerReopens, idleTimeouts, queued, pendingHandshakes, listeners, caReloads, bindingsHeld, caExchanges, caFailures, caLastSuccess)
+		acceptErrors, listenerReopens, idleTimeouts, queued, pendingHandshakes, listeners, caReloads, bindingsHeld, caExchanges, caFailures, caLastSuccess, identitiesOffered)
 }
 
 // streamCounters is one stream's handle on its migration's series.

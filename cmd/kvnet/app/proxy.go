@@ -116,6 +116,10 @@ type ProxyOptions struct {
 	// and writes the receiving VM's IPAMClaims. Off, a peer's identity is
 	// refused (identity-exchange-off).
 	ReceiveIdentities bool
+	// SendIdentities offers each source VM's network identity (its claims'
+	// IPs and its MACs) to the peer a sending VMIM names, when the proxy
+	// first sees the VMIM.
+	SendIdentities bool
 
 	// MetricsAddr, MetricsInsecure and MetricsCertDir are where and how
 	// /metrics is served (MetricsServing): HTTPS with the API server's
@@ -185,6 +189,9 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 		Store: proxy.MappingStore{Namespace: o.Namespace, Create: o.CreateObjects}, Peers: o.Peers,
 		Dialer:  &proxy.Dialer{Cert: o.Cert, GetCert: getCert, Mode: o.Mode, VerdictWait: proxy.VerdictWait(o.QueueWait, o.DialTimeout)},
 		Limiter: limiter, AllowedSources: o.AllowedSources, IdleTimeout: o.IdleTimeout, MaxRelayConns: o.MaxRelayConns,
+	}
+	if o.SendIdentities {
+		c.Identities = identitySource{mgr.GetAPIReader()}
 	}
 	if err := proxy.Setup(mgr, c); err != nil {
 		return nil, fmt.Errorf("setting up the migration proxy: %w", err)
@@ -460,6 +467,7 @@ See docs/migration-proxy.md.`,
 	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", proxy.DefaultKubeVirtNamespace, "KubeVirt's namespace: kubevirt-ca and kubevirt-external-ca")
 	fs.DurationVar(&o.CASyncInterval, "kubevirt-ca-sync-interval", proxy.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
 	fs.BoolVar(&o.ReceiveIdentities, "receive-network-identities", true, "take the network identity (claim IPs and MACs) of a migration from the peer it is bound to and write it into the receiving VM's IPAMClaims (with --peers and the hop listener)")
+	fs.BoolVar(&o.SendIdentities, "send-network-identities", true, "offer a migrating VM's network identity (claim IPs and MACs) to the peer its sending VMIM names, before the target pod exists (with --peers)")
 	registerMetricsFlags(fs, &o.MetricsAddr, &o.MetricsInsecure, &o.MetricsCertDir)
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")

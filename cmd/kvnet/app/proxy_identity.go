@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvnet/kvnet/internal/lookup"
@@ -45,4 +47,22 @@ func (i identityReceiver) ReceiveIdentity(ctx context.Context, peer string, vmim
 		reason = proxy.RefusedIdentityLate
 	}
 	return &proxy.IdentityRefusal{Reason: reason, Err: m}
+}
+
+// identitySource is the source proxy's proxy.IdentitySource: the VM's
+// claims, read uncached (the proxy caches no claims; one read per
+// migration).
+type identitySource struct{ r client.Reader }
+
+// IdentityOf implements proxy.IdentitySource.
+func (s identitySource) IdentityOf(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]proxy.NetworkIdentity, error) {
+	nets, err := persistentips.SourceNetworks(ctx, s.r, vmi)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]proxy.NetworkIdentity, 0, len(nets))
+	for _, n := range nets {
+		out = append(out, proxy.NetworkIdentity{Name: n.Name, NetworkName: n.NetworkName, MAC: n.MAC, IPs: n.IPs})
+	}
+	return out, nil
 }
