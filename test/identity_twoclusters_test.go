@@ -92,7 +92,7 @@ func (it *identityTarget) identity(vmim *kubevirtv1.VirtualMachineInstanceMigrat
 	for _, ip := range ips {
 		n.IPs = append(n.IPs, netip.MustParsePrefix(ip))
 	}
-	return proxy.Identity{MigrationID: vmim.Spec.Receive.MigrationID, Networks: []proxy.NetworkIdentity{n}}
+	return proxy.Identity{Route: proxy.SameVM(vmim.Spec.Receive.MigrationID, vmim.Namespace, vmim.Spec.VMIName), Networks: []proxy.NetworkIdentity{n}}
 }
 
 // offer sends id from d, waiting out unknown-migration while the target

@@ -100,16 +100,17 @@ func (r *bindingsRig) start(t *testing.T, ns string, leaderElect bool) *runningP
 	return &runningProxy{mgr: mgr, hop: hop.Addr().String(), stop: framework.RunManager(t, mgr)}
 }
 
-// dial presents migration id to proxy p as peer (cluster-a or cluster-c)
+// dial presents the migration of receiving VMIM m (from the VM of the
+// same namespace and name) to proxy p as peer (cluster-a or cluster-c)
 // and closes the stream once the verdict is in; nil means accepted.
-func (r *bindingsRig) dial(p *runningProxy, peer, id string) error {
+func (r *bindingsRig) dial(p *runningProxy, peer string, m *kubevirtv1.VirtualMachineInstanceMigration) error {
 	cert := r.pa.Cert
 	if peer == "cluster-c" {
 		cert = r.pc.Cert
 	}
 	port, _ := strconv.Atoi(r.echo.port())
 	target := &proxy.Peer{Name: "cluster-b", Addresses: []string{p.hop}, CAs: r.pb.Pool}
-	c, err := (&proxy.Dialer{Cert: cert, Mode: proxy.ModeTLS}).Dial(context.Background(), target, id, uint16(port))
+	c, err := (&proxy.Dialer{Cert: cert, Mode: proxy.ModeTLS}).Dial(context.Background(), target, proxy.SameVM(m.Spec.Receive.MigrationID, m.Namespace, m.Spec.VMIName), uint16(port))
 	if err == nil {
 		_ = c.Close()
 	}
@@ -203,7 +204,7 @@ func TestProxyBindings(t *testing.T) {
 			t.Fatal("no replica took the lease")
 		}
 		waitResolvable(t, leader, vmim)
-		if err := rig.dial(leader, "cluster-a", "mig-handover"); err != nil {
+		if err := rig.dial(leader, "cluster-a", vmim); err != nil {
 			t.Fatalf("the leader refused cluster-a's first stream: %v", err)
 		}
 		if got := rig.bindingsOf(t, ns)["mig-handover"]; got.Peer != "cluster-a" || got.UID != vmim.UID {
@@ -216,10 +217,10 @@ func TestProxyBindings(t *testing.T) {
 			t.Fatal("the second replica never took the lease")
 		}
 		waitResolvable(t, next, vmim)
-		if err := rig.dial(next, "cluster-c", "mig-handover"); !refusedFor(err, proxy.RefusedOtherPeer) {
+		if err := rig.dial(next, "cluster-c", vmim); !refusedFor(err, proxy.RefusedOtherPeer) {
 			t.Fatalf("the new leader answered cluster-c's stream for a migration bound to cluster-a with %v, want %s", err, proxy.RefusedOtherPeer)
 		}
-		if err := rig.dial(next, "cluster-a", "mig-handover"); err != nil {
+		if err := rig.dial(next, "cluster-a", vmim); err != nil {
 			t.Fatalf("the new leader refused cluster-a's next stream: %v", err)
 		}
 	})
@@ -245,8 +246,8 @@ func TestProxyBindings(t *testing.T) {
 			var errA, errC error
 			var wg sync.WaitGroup
 			start := make(chan struct{})
-			wg.Go(func() { <-start; errA = rig.dial(r1, "cluster-a", id) })
-			wg.Go(func() { <-start; errC = rig.dial(r2, "cluster-c", id) })
+			wg.Go(func() { <-start; errA = rig.dial(r1, "cluster-a", vmims[i]) })
+			wg.Go(func() { <-start; errC = rig.dial(r2, "cluster-c", vmims[i]) })
 			close(start)
 			wg.Wait()
 			winner, loserErr := "cluster-a", errC
@@ -267,7 +268,7 @@ func TestProxyBindings(t *testing.T) {
 			if winner == "cluster-c" {
 				loser, other = "cluster-a", r2
 			}
-			if err := rig.dial(other, loser, id); !refusedFor(err, proxy.RefusedOtherPeer) {
+			if err := rig.dial(other, loser, vmims[i]); !refusedFor(err, proxy.RefusedOtherPeer) {
 				t.Fatalf("%s: %s on the winner's replica got %v, want %s", id, loser, err, proxy.RefusedOtherPeer)
 			}
 		}
@@ -279,36 +280,49 @@ func TestProxyBindings(t *testing.T) {
 	// Bindings go when their migration ends, without any peer coming back:
 	// a Succeeded VMIM, a Failed one, a deleted one, and one deleted while
 	// no proxy ran.
-	// The attack of issue 27, item 2: a tenant copies a victim's migration
-	// ID into a receiving VMIM of its own. Neither gets the stream while
-	// both are live, whatever the list order; once the tenant's is gone the
-	// victim's migration goes through.
+	// The attack of issue 27, item 2, and of issue 43: a tenant copies a
+	// victim's migration ID into a receiving VMIM of its own namespace. The
+	// victim's source names the victim's namespace, so the copy is never
+	// looked at: the victim's stream goes through while the copy lives,
+	// and is bound to the victim's VMIM. Two live receiving VMIMs of one
+	// ID in the victim's own namespace (which kvnet's admission refuses,
+	// not registered here) are refused for both, whatever the list order;
+	// once one is gone the other's migration goes through.
 	t.Run("copied migration ID", func(t *testing.T) {
 		victim, tenant := namespace(t, "bind-victim"), namespace(t, "bind-tenant")
 		v := rig.receive(t, victim, "vm1", "mig-copied")
 		copied := rig.receive(t, tenant, "vm1", "mig-copied")
+		twin := rig.receive(t, victim, "vm2", "mig-copied-twice")
+		twinCopy := rig.receive(t, victim, "vm3", "mig-copied-twice")
 		p := rig.start(t, victim, false)
-		waitResolvable(t, p, v)
-		waitResolvable(t, p, copied)
+		for _, m := range []*kubevirtv1.VirtualMachineInstanceMigration{v, copied, twin, twinCopy} {
+			waitResolvable(t, p, m)
+		}
+		if err := rig.dial(p, "cluster-a", v); err != nil {
+			t.Fatalf("the victim's stream beside a copy of its ID in another namespace: %v", err)
+		}
+		if got := rig.bindingsOf(t, victim)["mig-copied"]; got.Namespace != victim || got.UID != v.UID {
+			t.Fatalf("the migration is bound to %+v, want the victim's VMIM %s/%s", got, victim, v.Name)
+		}
 		before := proxyRefusals(t, proxy.RefusedAmbiguousMigration)
-		if err := rig.dial(p, "cluster-a", "mig-copied"); !refusedFor(err, proxy.RefusedAmbiguousMigration) {
-			t.Fatalf("a migration ID held by two receiving VMIMs: got %v, want the refusal %s", err, proxy.RefusedAmbiguousMigration)
+		if err := rig.dial(p, "cluster-a", twin); !refusedFor(err, proxy.RefusedAmbiguousMigration) {
+			t.Fatalf("a migration ID held by two receiving VMIMs of one namespace: got %v, want the refusal %s", err, proxy.RefusedAmbiguousMigration)
 		}
 		if d := proxyRefusals(t, proxy.RefusedAmbiguousMigration) - before; d != 1 {
 			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 1", proxy.RefusedAmbiguousMigration, d)
 		}
-		if err := b.Client.Delete(context.Background(), copied); err != nil {
+		if err := b.Client.Delete(context.Background(), twinCopy); err != nil {
 			t.Fatal(err)
 		}
 		framework.Eventually(t, "the copy gone from the proxy's cache", framework.CacheTimeout, func() error {
-			err := p.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(copied), &kubevirtv1.VirtualMachineInstanceMigration{})
+			err := p.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(twinCopy), &kubevirtv1.VirtualMachineInstanceMigration{})
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
 			return fmt.Errorf("still cached (%v)", err)
 		})
-		if err := rig.dial(p, "cluster-a", "mig-copied"); err != nil {
-			t.Fatalf("the victim's stream, once the copy is gone: %v", err)
+		if err := rig.dial(p, "cluster-a", twin); err != nil {
+			t.Fatalf("the stream once the copy is gone: %v", err)
 		}
 	})
 
@@ -340,7 +354,7 @@ func TestProxyBindings(t *testing.T) {
 			return nil
 		})
 		before := proxyRefusals(t, proxy.RefusedBadPorts)
-		if err := rig.dial(p, "cluster-a", "mig-ports"); !refusedFor(err, proxy.RefusedBadPorts) {
+		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, proxy.RefusedBadPorts) {
 			t.Fatalf("four announced ports: got %v, want the refusal %s", err, proxy.RefusedBadPorts)
 		}
 		if d := proxyRefusals(t, proxy.RefusedBadPorts) - before; d != 1 {
@@ -392,7 +406,7 @@ func TestProxyBindings(t *testing.T) {
 		}
 		announced("node-b", "127.0.0.2")
 		before := proxyRefusals(t, proxy.RefusedTargetNotHandler)
-		if err := rig.dial(p, "cluster-a", "mig-steer"); !refusedFor(err, proxy.RefusedTargetNotHandler) {
+		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, proxy.RefusedTargetNotHandler) {
 			t.Fatalf("a status announcing another host: got %v, want the refusal %s", err, proxy.RefusedTargetNotHandler)
 		}
 		vmi.Status.MigrationState.TargetState.Node = "node-without-handler"
@@ -400,7 +414,7 @@ func TestProxyBindings(t *testing.T) {
 			t.Fatal(err)
 		}
 		announced("node-without-handler", "127.0.0.2")
-		if err := rig.dial(p, "cluster-a", "mig-steer"); !refusedFor(err, proxy.RefusedTargetNotHandler) {
+		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, proxy.RefusedTargetNotHandler) {
 			t.Fatalf("a status naming a node kvnet gave no address: got %v, want the refusal %s", err, proxy.RefusedTargetNotHandler)
 		}
 		if d := proxyRefusals(t, proxy.RefusedTargetNotHandler) - before; d != 2 {
@@ -424,7 +438,7 @@ func TestProxyBindings(t *testing.T) {
 		p := rig.start(t, ns, true)
 		for _, id := range ids {
 			waitResolvable(t, p, vmims[id])
-			if err := rig.dial(p, "cluster-a", id); err != nil {
+			if err := rig.dial(p, "cluster-a", vmims[id]); err != nil {
 				t.Fatalf("binding %s: %v", id, err)
 			}
 		}

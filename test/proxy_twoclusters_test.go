@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,8 +177,11 @@ func TestProxyTwoClusters(t *testing.T) {
 					Spec:       kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{}},
 				}
 				mustCreate(t, b.Client, vmi)
+				// The VM moves from namespace ns of cluster A to nsB:
+				// the receiving VMIM approves it by name.
 				vmim := &kubevirtv1.VirtualMachineInstanceMigration{
-					ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: vmiName + "-in"},
+					ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: vmiName + "-in",
+						Annotations: map[string]string{proxy.AnnotationMigrationSource: proxy.Approval("cluster-a", proxy.VMRef{Namespace: ns, Name: vmiName})}},
 					Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmiName,
 						Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: id}},
 				}
@@ -232,7 +236,8 @@ func TestProxyTwoClusters(t *testing.T) {
 			}
 			mustCreate(t, env.Client, vmi)
 			vmim := &kubevirtv1.VirtualMachineInstanceMigration{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1-out"},
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1-out",
+					Annotations: map[string]string{proxy.AnnotationMigrationTarget: nsB + "/vm1"}},
 				Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1",
 					SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: migID, ConnectURL: "127.0.0.1:9185"}},
 			}
@@ -310,9 +315,18 @@ func TestProxyTwoClusters(t *testing.T) {
 					return nil
 				})
 			}
+			// route is the route of migration id of VM vmN (mig-<ns> is
+			// vm1's, mig-<ns>-2 vm2's) from ns in cluster A to nsB.
+			route := func(id string) proxy.Route {
+				vm := "vm1"
+				if strings.HasSuffix(id, "-2") {
+					vm = "vm2"
+				}
+				return proxy.Route{MigrationID: id, Source: proxy.VMRef{Namespace: ns, Name: vm}, Target: proxy.VMRef{Namespace: nsB, Name: vm}}
+			}
 			dialAs := func(cert tls.Certificate, id, port string) error {
 				p, _ := strconv.Atoi(port)
-				c, err := (&proxy.Dialer{Cert: cert, Mode: mode}).Dial(ctx, peerB, id, uint16(p))
+				c, err := (&proxy.Dialer{Cert: cert, Mode: mode}).Dial(ctx, peerB, route(id), uint16(p))
 				if err == nil {
 					c.Close()
 				}
@@ -337,7 +351,7 @@ func TestProxyTwoClusters(t *testing.T) {
 					return err
 				}
 				defer c.Close()
-				pre, _ := proxy.Preamble{Mode: mode, MigrationID: migID, Port: 1}.MarshalBinary()
+				pre, _ := proxy.Preamble{Mode: mode, Route: route(migID), Port: 1}.MarshalBinary()
 				_, _ = c.Write(pre)
 				_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 				if _, err := c.Read(make([]byte, 1)); err != nil {
@@ -356,7 +370,7 @@ func TestProxyTwoClusters(t *testing.T) {
 			})
 			// Over the cap (1 on B): hold a stream of the first migration
 			// open, then ask for the second.
-			held, err := (&proxy.Dialer{Cert: pa.Cert, Mode: mode}).Dial(ctx, peerB, migID, uint16(mustAtoi(t, direct.port())))
+			held, err := (&proxy.Dialer{Cert: pa.Cert, Mode: mode}).Dial(ctx, peerB, route(migID), uint16(mustAtoi(t, direct.port())))
 			if err != nil {
 				t.Fatalf("holding a stream: %v", err)
 			}

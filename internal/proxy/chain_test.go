@@ -28,19 +28,23 @@ type staticResolver struct {
 	eps map[string]Endpoint
 }
 
-func (r *staticResolver) Resolve(_ context.Context, id string) (Endpoint, bool, error) {
+func (r *staticResolver) Resolve(_ context.Context, _ string, rt Route) (Endpoint, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ep, ok := r.eps[id]
+	ep, ok := r.eps[rt.MigrationID]
 	return ep, ok, nil
 }
 
-func (r *staticResolver) Receiver(_ context.Context, id string) (types.NamespacedName, types.UID, bool, error) {
+func (r *staticResolver) Receiver(_ context.Context, _ string, rt Route) (types.NamespacedName, types.UID, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ep, ok := r.eps[id]
+	ep, ok := r.eps[rt.MigrationID]
 	return ep.Migration, ep.UID, ok, nil
 }
+
+// testRoute is the route of migration id of a VM that keeps its namespace
+// and name, for the tests whose resolver knows migrations by ID alone.
+func testRoute(id string) Route { return SameVM(id, "tenant", "vm1") }
 
 // loopback returns 127.0.0.<n> when the kernel lets us bind it (Linux
 // routes all of 127/8 to lo), else 127.0.0.1, so that each role of a test
@@ -114,7 +118,9 @@ func startChain(t testing.TB, src, dst *certstest.PKI, o chainOpts) *chain {
 	port, _ := strconv.Atoi(o.targetPorts[0])
 	r := &Relay{
 		MigrationID: "mig-1", IdleTimeout: o.idle, MaxConns: 1 << 20, // see HandshakeRate above
-		Upstream:  func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, "mig-1", uint16(port)) },
+		Upstream: func(ctx context.Context) (net.Conn, error) {
+			return d.Dial(ctx, peer, testRoute("mig-1"), uint16(port))
+		},
 		OnRefused: func(r Refusal) { ch.refusals <- r },
 	}
 	ln := listenOn(t, loopback(t, 2))

@@ -145,6 +145,15 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (c *Controller) relays(ctx context.Context, log logr.Logger, vmi *kubevirtv1.VirtualMachineInstance, vmim *kubevirtv1.VirtualMachineInstanceMigration) (reconcile.Result, error) {
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(vmi)}
 	remote, ok := RemoteOf(vmi, vmim)
+	if ok {
+		route, err := RouteOf(vmi, vmim)
+		if err != nil {
+			log.Error(err, "holding the migration back: the sending VMIM names no VM to receive it", "migrationID", remote.MigrationID)
+			c.closeSession(log, req.NamespacedName, "no receiving VM")
+			return reconcile.Result{}, c.publish(ctx, vmi, "")
+		}
+		remote.Receiver = route.Target
+	}
 	if !ok {
 		c.closeSession(log, req.NamespacedName, "no in-flight decentralized migration with a target endpoint")
 		return reconcile.Result{}, c.publish(ctx, vmi, "")
@@ -225,8 +234,8 @@ func (c *Controller) ensureSession(log logr.Logger, key types.NamespacedName, re
 				s.close()
 				return nil, fmt.Errorf("targetState.directMigrationNodePorts key %q is not a port", remotePort)
 			}
-			id, d := remote.MigrationID, c.Dialer
-			r.Upstream = func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, id, uint16(port)) }
+			route, d := Route{MigrationID: remote.MigrationID, Source: VMRef(key), Target: remote.Receiver}, c.Dialer
+			r.Upstream = func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, route, uint16(port)) }
 		}
 		s.done.Add(1)
 		listeners.Inc()

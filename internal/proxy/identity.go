@@ -16,8 +16,10 @@ import (
 // request kind: the source proxy tells the target, before the target pod
 // can exist, which IPs and MAC each of the VM's networks holds, so that the
 // receiving VM keeps them (issue 30). Versioned by its last byte, like the
-// other magics; a proxy that predates it answers bad-preamble.
-var identityMagic = [6]byte{'K', 'V', 'N', 'I', 'D', 1}
+// other magics; a proxy that predates it answers bad-preamble. Version 2
+// carries the route (the sending and the receiving VM); version 1, which
+// carried only the migration ID, is refused as bad-preamble.
+var identityMagic = [6]byte{'K', 'V', 'N', 'I', 'D', 2}
 
 // Bounds of an identity, each checked before anything is allocated:
 // KubeVirt's VMs carry a handful of interfaces, each with one address per
@@ -45,19 +47,18 @@ type NetworkIdentity struct {
 
 // Identity is a migration's network identity as the hop carries it.
 //
-// Wire format, after the magic: migration ID length (1) | migration ID |
-// network count (1) | per network: name length (1) | name | network name
+// Wire format, after the magic: route (see appendRoute) | network count (1) | per network: name length (1) | name | network name
 // length (1) | network name | MAC length (1: 0 or 6) | MAC | IP count (1) |
 // per IP: address length (1: 4 or 16) | address | prefix length (1).
 type Identity struct {
-	MigrationID string
-	Networks    []NetworkIdentity
+	Route
+	Networks []NetworkIdentity
 }
 
 // Validate says what is wrong with id, naming the field: the same checks
 // bound what a peer may send and what a source may offer.
 func (id Identity) Validate() error {
-	if err := checkMigrationID(id.MigrationID); err != nil {
+	if err := id.Route.Validate(); err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
 	if len(id.Networks) == 0 || len(id.Networks) > MaxIdentityNetworks {
@@ -139,9 +140,7 @@ func (id Identity) MarshalBinary() ([]byte, error) {
 	if err := id.Validate(); err != nil {
 		return nil, err
 	}
-	b := append([]byte{}, identityMagic[:]...)
-	b = append(b, byte(len(id.MigrationID)))
-	b = append(b, id.MigrationID...)
+	b := appendRoute(append([]byte{}, identityMagic[:]...), id.Route)
 	b = append(b, byte(len(id.Networks)))
 	for _, n := range id.Networks {
 		b = append(b, byte(len(n.Name)))
@@ -179,16 +178,13 @@ func readIdentityBody(r io.Reader) (Identity, error) {
 		}
 		return b, nil
 	}
-	var id Identity
-	n, err := readByte("migration ID length")
+	rt, err := readRoute(r)
 	if err != nil {
-		return Identity{}, err
+		return Identity{}, fmt.Errorf("identity: %w", err)
 	}
-	raw, err := readBytes("migration ID", n)
-	if err != nil {
-		return Identity{}, err
-	}
-	id.MigrationID = string(raw)
+	id := Identity{Route: rt}
+	var n int
+	var raw []byte
 	count, err := readByte("network count")
 	if err != nil {
 		return Identity{}, err
@@ -284,20 +280,23 @@ type IdentityRefusal struct {
 func (e *IdentityRefusal) Error() string { return e.Reason.String() + ": " + e.Err.Error() }
 func (e *IdentityRefusal) Unwrap() error { return e.Err }
 
-// ReceiverFinder finds the live receiving VMIM of a migration ID without
-// waiting for its target endpoint: an identity travels before the target
-// pod, and so its endpoint, exists. ClusterResolver implements it.
+// ReceiverFinder finds the live receiving VMIM of a route, as Resolver
+// does, without waiting for its target endpoint: an identity travels
+// before the target pod, and so its endpoint, exists. ClusterResolver
+// implements it.
 type ReceiverFinder interface {
-	Receiver(ctx context.Context, migrationID string) (vmim types.NamespacedName, uid types.UID, ok bool, err error)
+	Receiver(ctx context.Context, peer string, route Route) (vmim types.NamespacedName, uid types.UID, ok bool, err error)
 }
 
 // receiveIdentity answers a peer's identity offer. Only a receiving VMIM
 // of this cluster with that migration ID takes one, and only from the
 // peer the migration is bound to: the first peer to present the ID, by
 // identity or by stream, holds it (Bindings), so no other peer can give
-// the receiving VM other addresses.
+// the receiving VM other addresses. The VMIM must be the route's target
+// and take its source (Route): a refusal there binds nothing and writes
+// nothing.
 func (s *TargetServer) receiveIdentity(ctx context.Context, log logr.Logger, peer *Peer, conn net.Conn, id *Identity) {
-	log = log.WithValues("request", "identity", "migrationID", id.MigrationID)
+	log = log.WithValues("request", "identity", "migrationID", id.MigrationID, "source", id.Source.String(), "target", id.Target.String())
 	deny := func(r Refusal, err error) {
 		s.refuse(log, peer.Name, r, err)
 		_, _ = conn.Write([]byte{byte(r)})
@@ -309,7 +308,7 @@ func (s *TargetServer) receiveIdentity(ctx context.Context, log logr.Logger, pee
 	}
 	ctx, cancel := context.WithTimeout(ctx, orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout))
 	defer cancel()
-	vmim, uid, found, err := finder.Receiver(ctx, id.MigrationID)
+	vmim, uid, found, err := finder.Receiver(ctx, peer.Name, id.Route)
 	if r, err := lookupVerdict(found, err); r != accepted {
 		deny(r, err)
 		return

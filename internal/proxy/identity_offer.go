@@ -63,7 +63,14 @@ func (c *Controller) offerIdentity(ctx context.Context, vmi *kubevirtv1.VirtualM
 		c.markOffered(key, vmim.UID)
 		return reconcile.Result{}
 	}
-	id := Identity{MigrationID: vmim.Spec.SendTo.MigrationID, Networks: nets}
+	route, err := RouteOf(vmi, vmim)
+	if err != nil {
+		identitiesOffered.WithLabelValues("error").Inc()
+		log.Error(err, "the sending VMIM names no VM to receive the migration; not offering its network identity")
+		c.markOffered(key, vmim.UID)
+		return reconcile.Result{}
+	}
+	id := Identity{Route: route, Networks: nets}
 	err = c.Dialer.OfferIdentity(ctx, peer, id)
 	var re *RefusedError
 	switch {

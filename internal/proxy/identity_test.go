@@ -15,7 +15,7 @@ import (
 )
 
 func blueIdentity(id string) Identity {
-	return Identity{MigrationID: id, Networks: []NetworkIdentity{
+	return Identity{Route: testRoute(id), Networks: []NetworkIdentity{
 		{Name: "blue", NetworkName: "tenant-blue", MAC: net.HardwareAddr{0x02, 0x00, 0x00, 0x0a, 0x01, 0x05},
 			IPs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24"), netip.MustParsePrefix("fd00:1::5/64")}},
 	}}

@@ -74,7 +74,7 @@ func TestQueuedStreamOutlivesTheHandshakeTimeout(t *testing.T) {
 	got := make(chan net.Conn, 1)
 	errs := make(chan error, 1)
 	go func() {
-		c, err := d.Dial(context.Background(), peer, "mig-2", uint16(p))
+		c, err := d.Dial(context.Background(), peer, testRoute("mig-2"), uint16(p))
 		if err != nil {
 			errs <- err
 			return

@@ -53,7 +53,10 @@ func DecodeMapping(s string) (Mapping, error) {
 // truthful remote endpoint. Two equal Remotes need the same relays.
 type Remote struct {
 	MigrationID string
-	Target      string
+	// Receiver is the VM in the peer cluster that is to receive the
+	// migration (RouteOf).
+	Receiver VMRef
+	Target   string
 	// Ports is targetState.directMigrationNodePorts: remote port -> libvirt
 	// port (0, 49152, 49153).
 	Ports map[string]int
@@ -61,7 +64,7 @@ type Remote struct {
 
 // Same reports whether r and o need the same relays.
 func (r Remote) Same(o Remote) bool {
-	return r.MigrationID == o.MigrationID && r.Target == o.Target && maps.Equal(r.Ports, o.Ports)
+	return r.MigrationID == o.MigrationID && r.Receiver == o.Receiver && r.Target == o.Target && maps.Equal(r.Ports, o.Ports)
 }
 
 // Matches reports whether m was published for exactly this remote endpoint:

@@ -129,12 +129,12 @@ func VerdictWait(queueWait, dialTimeout time.Duration) time.Duration {
 }
 
 // Dial connects to peer, authenticates both sides and asks for the stream
-// of (migrationID, port). It returns the connection the stream continues
+// of (route, port). It returns the connection the stream continues
 // on: the *tls.Conn in tls mode, the plain *net.TCPConn in authenticated
 // mode (so the relay splices).
-func (d *Dialer) Dial(ctx context.Context, peer *Peer, migrationID string, port uint16) (net.Conn, error) {
+func (d *Dialer) Dial(ctx context.Context, peer *Peer, route Route, port uint16) (net.Conn, error) {
 	timeout := d.timeout()
-	pre, err := Preamble{Mode: d.Mode, MigrationID: migrationID, Port: port}.MarshalBinary()
+	pre, err := Preamble{Mode: d.Mode, Route: route, Port: port}.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}

@@ -45,35 +45,34 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // preambleMagic starts every preamble: a stream from something that is not
-// a kvnet proxy fails on the first bytes.
-var preambleMagic = [6]byte{'K', 'V', 'N', 'P', 'X', 1}
-
-// maxMigrationID bounds the migration ID in a preamble. KubeVirt's IDs are
-// label-sized; 253 leaves room for any DNS-subdomain-sized ID.
-const maxMigrationID = 253
+// a kvnet proxy fails on the first bytes. Version 2 carries the route (the
+// sending and the receiving VM), version 1 only the migration ID; a
+// version-1 preamble is refused as bad-preamble, because an ID alone does
+// not say whose a stream is (see Route).
+var preambleMagic = [6]byte{'K', 'V', 'N', 'P', 'X', 2}
 
 // Preamble is what the source proxy sends right after the handshake: the
 // migration and the target's remote port the stream belongs to, and the
 // mode of the rest of the stream.
 //
-// Wire format: magic (6) | mode (1) | port (2, big endian) | id length (1) | id.
+// Wire format: magic (6) | mode (1) | port (2, big endian) | route (see
+// appendRoute).
 type Preamble struct {
-	Mode        Mode
-	MigrationID string
-	Port        uint16
+	Mode Mode
+	Route
+	Port uint16
 }
 
 // MarshalBinary encodes p.
 func (p Preamble) MarshalBinary() ([]byte, error) {
-	if p.MigrationID == "" || len(p.MigrationID) > maxMigrationID {
-		return nil, fmt.Errorf("preamble: migration ID of %d bytes, want 1-%d", len(p.MigrationID), maxMigrationID)
+	if err := p.Route.Validate(); err != nil {
+		return nil, fmt.Errorf("preamble: %w", err)
 	}
-	b := make([]byte, 0, len(preambleMagic)+4+len(p.MigrationID))
+	b := make([]byte, 0, 128)
 	b = append(b, preambleMagic[:]...)
 	b = append(b, byte(p.Mode))
 	b = binary.BigEndian.AppendUint16(b, p.Port)
-	b = append(b, byte(len(p.MigrationID)))
-	return append(b, p.MigrationID...), nil
+	return appendRoute(b, p.Route), nil
 }
 
 // ReadPreamble reads exactly one preamble from r and no byte more, so the
@@ -91,7 +90,7 @@ func ReadPreamble(r io.Reader) (Preamble, error) {
 
 // readPreambleBody reads what follows the stream preamble's magic.
 func readPreambleBody(r io.Reader) (Preamble, error) {
-	var head [4]byte
+	var head [3]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return Preamble{}, fmt.Errorf("preamble: %w", err)
 	}
@@ -102,20 +101,11 @@ func readPreambleBody(r io.Reader) (Preamble, error) {
 	if p.Port == 0 {
 		return Preamble{}, errors.New("preamble: port 0")
 	}
-	n := int(head[3])
-	if n == 0 {
-		return Preamble{}, errors.New("preamble: empty migration ID")
+	rt, err := readRoute(r)
+	if err != nil {
+		return Preamble{}, fmt.Errorf("preamble: %w", err)
 	}
-	id := make([]byte, n)
-	if _, err := io.ReadFull(r, id); err != nil {
-		return Preamble{}, fmt.Errorf("preamble: migration ID: %w", err)
-	}
-	for _, c := range id {
-		if c < 0x21 || c > 0x7e {
-			return Preamble{}, errors.New("preamble: migration ID has a byte outside printable ASCII")
-		}
-	}
-	p.MigrationID = string(id)
+	p.Route = rt
 	return p, nil
 }
 
@@ -152,6 +142,7 @@ const (
 	RefusedIdentityMismatch
 	RefusedIdentityLate
 	RefusedIdentityStore
+	RefusedWrongVM
 )
 
 var refusalNames = map[Refusal]string{
@@ -182,6 +173,7 @@ var refusalNames = map[Refusal]string{
 	RefusedIdentityMismatch:   "identity-mismatch",
 	RefusedIdentityLate:       "identity-after-target-pod",
 	RefusedIdentityStore:      "identity-store-failed",
+	RefusedWrongVM:            "wrong-namespace-or-vm",
 }
 
 func (r Refusal) String() string {

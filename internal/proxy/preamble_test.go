@@ -11,10 +11,11 @@ import (
 // back to exactly the bytes read, or fail; never a panic, and never more
 // bytes read than the preamble holds.
 func FuzzReadPreamble(f *testing.F) {
-	good, _ := Preamble{Mode: ModeTLS, MigrationID: "mig-1", Port: 40001}.MarshalBinary()
+	good, _ := Preamble{Mode: ModeTLS, Route: testRoute("mig-1"), Port: 40001}.MarshalBinary()
 	f.Add(good)
 	f.Add(append(good, "tail"...))
-	f.Add([]byte("KVNPX\x01\x02\x00\x01\x00"))
+	f.Add([]byte("KVNPX\x02\x02\x00\x01\x05mig-1\x01a\x01b\x01a\x01b"))
+	f.Add([]byte("KVNPX\x01\x02\x00\x01\x05mig-1"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
@@ -36,7 +37,7 @@ func FuzzReadPreamble(f *testing.F) {
 // preamble, a CA offer): decoded means it encodes back to exactly the
 // bytes read, and nothing past the request was read.
 func FuzzReadRequest(f *testing.F) {
-	stream, _ := Preamble{Mode: ModeAuthenticated, MigrationID: "mig-1", Port: 49152}.MarshalBinary()
+	stream, _ := Preamble{Mode: ModeAuthenticated, Route: testRoute("mig-1"), Port: 49152}.MarshalBinary()
 	offer, _ := CAOffer{Bundle: []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")}.MarshalBinary()
 	f.Add(stream)
 	f.Add(offer)
@@ -44,13 +45,14 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add([]byte("KVNCA\x01\x00\x00\x00\x00"))
 	f.Add([]byte("KVNCA\x01\xff\xff\xff\xff"))
 	f.Add([]byte("KVNCA\x02\x00\x00\x00\x01x"))
-	identity, _ := Identity{MigrationID: "mig-1", Networks: []NetworkIdentity{
+	identity, _ := Identity{Route: testRoute("mig-1"), Networks: []NetworkIdentity{
 		{Name: "blue", NetworkName: "tenant-blue", MAC: net.HardwareAddr{0x02, 0, 0, 0, 0, 1}, IPs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24"), netip.MustParsePrefix("fd00::5/64")}},
 		{Name: "storage", NetworkName: "ns1/storage"},
 	}}.MarshalBinary()
 	f.Add(identity)
 	f.Add(append(identity, "tail"...))
-	f.Add([]byte("KVNID\x01\x05mig-1\xff"))
+	f.Add([]byte("KVNID\x02\x05mig-1\x01a\x01b\x01a\x01b\xff"))
+	f.Add([]byte("KVNID\x02\x05mig-1\x01a\x01b\x01a\x01b\x01\x01a\x01n\x06\x02\x00\x00\x00\x00\x01\x01\x04\x0a\x00\x00\x01\x21"))
 	f.Add([]byte("KVNID\x01\x05mig-1\x01\x01a\x01n\x06\x02\x00\x00\x00\x00\x01\x01\x04\x0a\x00\x00\x01\x21"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)

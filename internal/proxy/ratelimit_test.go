@@ -55,7 +55,7 @@ func TestHandshakesAreRateLimitedPerSource(t *testing.T) {
 	// The peer proxy, on another source, is not held back by the flood:
 	// its handshake passes and its stream meets the migration check.
 	d := &Dialer{Cert: peerPKI.Cert, Mode: ModeTLS, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
-	_, err := d.Dial(context.Background(), &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}, "mig-x", 49152)
+	_, err := d.Dial(context.Background(), &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}, testRoute("mig-x"), 49152)
 	var ref *RefusedError
 	if !errors.As(err, &ref) || ref.Reason != RefusedUnknownMigration {
 		t.Fatalf("the peer beside the flood: got %v, want its stream judged (unknown-migration)", err)

@@ -41,16 +41,17 @@ type ResolveError struct {
 func (e *ResolveError) Error() string { return e.Reason.String() + ": " + e.Err.Error() }
 func (e *ResolveError) Unwrap() error { return e.Err }
 
-// Resolve implements Resolver. A migration ID held by two live receiving
-// VMIMs (in any namespaces; live as migrationid.Live says) is refused for
-// both: the ID is what a peer names, and a tenant who copies a victim's ID
-// must neither receive the victim's stream nor decide, by list order, whose
-// it is. kvnet's admission refuses a second live holder of an ID
-// (validators.MigrationIDs); this refusal still stops two created at once,
-// or while admission was down. The announced ports must be KubeVirt's
-// (CheckMigrationPorts).
-func (r *ClusterResolver) Resolve(ctx context.Context, id string) (Endpoint, bool, error) {
-	m, err := r.receiving(ctx, id)
+// Resolve implements Resolver. The receiving VMIM is looked for in the
+// route's target namespace only, so a copy of the ID in any other
+// namespace is never seen, and must receive the route's target VM from
+// its source (approves). Two live receiving VMIMs of the ID in that
+// namespace are refused for both: the ID is what a peer names, and list
+// order must not decide whose a stream is. kvnet's admission refuses a
+// second live holder of an ID in a namespace (validators.MigrationIDs);
+// this refusal still stops two created at once, or while admission was
+// down. The announced ports must be KubeVirt's (CheckMigrationPorts).
+func (r *ClusterResolver) Resolve(ctx context.Context, peer string, rt Route) (Endpoint, bool, error) {
+	m, err := r.receiving(ctx, peer, rt)
 	if m == nil || err != nil {
 		return Endpoint{}, false, err
 	}
@@ -73,32 +74,39 @@ func (r *ClusterResolver) Resolve(ctx context.Context, id string) (Endpoint, boo
 		Migration: client.ObjectKeyFromObject(m), UID: m.UID}, true, nil
 }
 
-// Receiver implements ReceiverFinder, with Resolve's rule for an ID two
-// live receiving VMIMs hold.
-func (r *ClusterResolver) Receiver(ctx context.Context, id string) (types.NamespacedName, types.UID, bool, error) {
-	m, err := r.receiving(ctx, id)
+// Receiver implements ReceiverFinder, with Resolve's rules.
+func (r *ClusterResolver) Receiver(ctx context.Context, peer string, rt Route) (types.NamespacedName, types.UID, bool, error) {
+	m, err := r.receiving(ctx, peer, rt)
 	if m == nil || err != nil {
 		return types.NamespacedName{}, "", false, err
 	}
 	return client.ObjectKeyFromObject(m), m.UID, true, nil
 }
 
-// receiving is the one live receiving VMIM of migration ID id, nil when
-// there is none, and ambiguous-migration when two hold it.
-func (r *ClusterResolver) receiving(ctx context.Context, id string) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
+// receiving is the one live receiving VMIM of rt's migration ID in rt's
+// target namespace, nil when there is none, ambiguous-migration when two
+// hold it there and wrong-namespace-or-vm when it does not take rt from
+// peer.
+func (r *ClusterResolver) receiving(ctx context.Context, peer string, rt Route) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
 	var list kubevirtv1.VirtualMachineInstanceMigrationList
-	if err := r.Reader.List(ctx, &list, client.MatchingFields{migrationid.IndexField: migrationid.Key(migrationid.Receive, id)}); err != nil {
-		return nil, fmt.Errorf("listing the live receiving VirtualMachineInstanceMigrations of migration ID %q: %w", id, err)
+	if err := r.Reader.List(ctx, &list, client.InNamespace(rt.Target.Namespace),
+		client.MatchingFields{migrationid.IndexField: migrationid.Key(migrationid.Receive, rt.MigrationID)}); err != nil {
+		return nil, fmt.Errorf("listing the live receiving VirtualMachineInstanceMigrations of migration ID %q in %s: %w", rt.MigrationID, rt.Target.Namespace, err)
 	}
 	switch len(list.Items) {
 	case 0:
 		return nil, nil
 	case 1:
-		return &list.Items[0], nil
+	default:
+		a, b := &list.Items[0], &list.Items[1]
+		return nil, &ResolveError{Reason: RefusedAmbiguousMigration,
+			Err: fmt.Errorf("receiving VMIMs %s/%s and %s/%s both carry migration ID %q", a.Namespace, a.Name, b.Namespace, b.Name, rt.MigrationID)}
 	}
-	a, b := &list.Items[0], &list.Items[1]
-	return nil, &ResolveError{Reason: RefusedAmbiguousMigration,
-		Err: fmt.Errorf("receiving VMIMs %s/%s and %s/%s both carry migration ID %q", a.Namespace, a.Name, b.Namespace, b.Name, id)}
+	m := &list.Items[0]
+	if err := approves(m, peer, rt); err != nil {
+		return nil, &ResolveError{Reason: RefusedWrongVM, Err: err}
+	}
+	return m, nil
 }
 
 // handlerAddress is the address to dial for a target on node: kvnet's

@@ -345,7 +345,7 @@ func kvnetSourceRole(s roleSpec) error {
 		}
 		lns = append(lns, ln)
 		r := &Relay{MigrationID: id, Limiter: lim,
-			Upstream: func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, id, uint16(port)) }}
+			Upstream: func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, testRoute(id), uint16(port)) }}
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = r.Serve(context.Background(), ln) }()
 	}

@@ -28,11 +28,13 @@ type Endpoint struct {
 	UID       types.UID
 }
 
-// Resolver finds the in-flight receiving migration (a VMIM with
-// spec.receive.migrationID) with the given ID in this cluster. ok is false
-// when there is none; err only when the lookup itself failed.
+// Resolver finds the in-flight receiving migration of route in this
+// cluster: a VMIM with spec.receive.migrationID in the route's target
+// namespace, for its target VM, that takes peer's source VM (see Route).
+// ok is false when there is none; err only when the lookup itself failed
+// or the receiving VMIM does not take the route (a *ResolveError).
 type Resolver interface {
-	Resolve(ctx context.Context, migrationID string) (ep Endpoint, ok bool, err error)
+	Resolve(ctx context.Context, peer string, route Route) (ep Endpoint, ok bool, err error)
 }
 
 // TargetServer is the target end of the hop: it accepts streams from peer
@@ -262,7 +264,7 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		return
 	}
 	pre := *req.Stream
-	log = log.WithValues("migrationID", pre.MigrationID, "port", pre.Port, "mode", pre.Mode.String())
+	log = log.WithValues("migrationID", pre.MigrationID, "source", pre.Source.String(), "target", pre.Target.String(), "port", pre.Port, "mode", pre.Mode.String())
 	// Refusals travel back on the channel the source reads its verdict on.
 	verdict := net.Conn(tc)
 	if pre.Mode == ModeAuthenticated {
@@ -282,7 +284,7 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		deny(RefusedMode, nil)
 		return
 	}
-	ep, ok, err := s.Resolver.Resolve(ctx, pre.MigrationID)
+	ep, ok, err := s.Resolver.Resolve(ctx, peer.Name, pre.Route)
 	if r, err := lookupVerdict(ok, err); r != accepted {
 		deny(r, err)
 		return

@@ -168,7 +168,7 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 
 	peer := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool}
 	framework.Eventually(t, "cluster-a's stream accepted", time.Minute, func() error {
-		conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, peer, "mig-rbac-"+c.release, uint16(port))
+		conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, peer, proxy.SameVM("mig-rbac-"+c.release, ns, "vm1"), uint16(port))
 		if err != nil {
 			var re *proxy.RefusedError
 			if errors.As(err, &re) && re.Reason == proxy.RefusedLookup {

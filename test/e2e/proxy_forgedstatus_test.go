@@ -170,7 +170,7 @@ func TestTenantVMIStatusThroughVirtAPI(t *testing.T) {
 	before := refusedTotal(t, proxy.RefusedTargetNotHandler)
 	logged := env.Logs.Count("refused a stream", "reason", proxy.RefusedTargetNotHandler.String(), "peer", "cluster-a")
 	target := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool}
-	conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, target, vmim.Spec.Receive.MigrationID, uint16(port))
+	conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, target, proxy.SameVM(vmim.Spec.Receive.MigrationID, vmim.Namespace, vmim.Spec.VMIName), uint16(port))
 	if err == nil {
 		_ = conn.Close()
 	}
