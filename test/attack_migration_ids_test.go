@@ -13,22 +13,25 @@ import (
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/chain"
+	"github.com/kvnet/kvnet/internal/model/migrationid"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
-// The attack of issue 27, item 2, at admission: a tenant with KubeVirt's
-// edit rights in its own namespace copies a victim's migration ID into
-// VMIMs of its own, to receive (or send) in the victim's place or to make
-// the victim's migration ambiguous. Both copies are refused with a field
-// error naming the victim's VMIM, while the victim's own two ends of one
-// migration (a receiving and a sending VMIM with the same ID, both in this
-// cluster) are admitted. Each role's ID is free again once the victim's
-// VMIM of that role has ended, as virt-controller records it.
+// The attack of issue 27, item 2, at admission, as issue 43 left it: a
+// tenant with KubeVirt's edit rights in its own namespace copies a
+// victim's migration ID into VMIMs of its own. Admission answers the
+// tenant exactly as for an ID nobody uses, dry-run or not, so that it
+// learns nothing of other namespaces; the copy is harmless because the
+// proxy ties a migration to the VM's namespace and name (the two-cluster
+// attacks are TestIdentityAttacksAcrossClusters). Within one namespace a
+// second live VMIM of an ID is still refused, naming the first, and the ID
+// is free again once virt-controller records that VMIM final. A route
+// annotation that does not parse is refused with the field named.
 func TestTenantCannotCopyAMigrationID(t *testing.T) {
 	ctx := context.Background()
 	victim, tenant := env.NewNamespace(t, nil), env.NewNamespace(t, nil)
-	owner, _ := kubevirtEditor(t, victim)
-	attacker, attackerName := kubevirtEditor(t, tenant)
+	owner, ownerName := kubevirtEditor(t, victim)
+	attacker, _ := kubevirtEditor(t, tenant)
 	controller := virtControllerVMIMs(t, victim)
 	id := "mig-" + victim // unique in the run: a VMIM outlives its namespace in envtest
 
@@ -54,41 +57,67 @@ func TestTenantCannotCopyAMigrationID(t *testing.T) {
 	// controller: in flight, still holding the ID.
 	setVMIMPhase(t, controller, in, kubevirtv1.MigrationWaitingForSync)
 
+	// The tenant: the victim's ID and a fresh one get the same answer.
+	for i, c := range []struct{ what, recv, send string }{
+		{"the victim's receiving ID", id, ""}, {"the victim's sending ID", "", id},
+		{"a fresh receiving ID", id + "-fresh", ""}, {"a fresh sending ID", "", id + "-fresh"},
+	} {
+		m := decentralizedVMIM(tenant, fmt.Sprintf("copy-%d", i), c.recv, c.send)
+		if err := attacker.Create(ctx, m.DeepCopy(), client.DryRunAll); err != nil {
+			t.Errorf("the tenant's dry run with %s: %v, want admitted as any other", c.what, err)
+		}
+		if err := attacker.Create(ctx, m); err != nil {
+			t.Errorf("the tenant's VMIM with %s: %v, want admitted as any other", c.what, err)
+		}
+	}
+
 	denied := func() float64 {
 		return migCounter(t, "kvnet_step_calls_total", map[string]string{"step": "migration-ids", "kind": chain.KindVMIM, "result": "denied"})
 	}
 	deniedLogs := func() int {
-		return env.Logs.Count("denied", "webhook", "validate-"+chain.KindVMIM, "namespace", tenant, "user", attackerName)
+		return env.Logs.Count("denied", "webhook", "validate-"+chain.KindVMIM, "namespace", victim, "user", ownerName)
 	}
 	beforeSteps, beforeLogs := denied(), deniedLogs()
-	copyIn, copyOut := decentralizedVMIM(tenant, "copy-in", id, ""), decentralizedVMIM(tenant, "copy-out", "", id)
-	hasCause(t, attacker.Create(ctx, copyIn.DeepCopy()), "spec.receive.migrationID", "already used by a live migration in another namespace")
-	hasCause(t, attacker.Create(ctx, copyOut.DeepCopy()), "spec.sendTo.migrationID", "already used by a live migration in another namespace")
+	twinIn, twinOut := decentralizedVMIM(victim, "twin-in", id, ""), decentralizedVMIM(victim, "twin-out", "", id)
+	hasCause(t, owner.Create(ctx, twinIn.DeepCopy()), "spec.receive.migrationID", "already used by live migration vm1-in")
+	hasCause(t, owner.Create(ctx, twinOut.DeepCopy()), "spec.sendTo.migrationID", "already used by live migration vm1-out")
 	// A final phase written into the new VMIM's body changes nothing: the
 	// API server drops it, and kvnet does not read it.
-	ended := copyIn.DeepCopy()
+	ended := twinIn.DeepCopy()
 	ended.Status.Phase = kubevirtv1.MigrationSucceeded
-	hasCause(t, attacker.Create(ctx, ended), "spec.receive.migrationID", "already used by a live migration in another namespace")
+	hasCause(t, owner.Create(ctx, ended), "spec.receive.migrationID", "already used by live migration vm1-in")
 	if d := denied() - beforeSteps; d != 3 {
 		t.Errorf("kvnet_step_calls_total{step=migration-ids,result=denied} rose by %v, want 3", d)
 	}
 	if d := deniedLogs() - beforeLogs; d != 3 {
-		t.Errorf("%d \"denied\" log lines name the tenant's VMIMs, want 3", d)
+		t.Errorf("%d \"denied\" log lines name the second VMIMs, want 3", d)
 	}
 
 	// The victim's migration received: the receiving ID is free, the
 	// sending one is still held.
 	setVMIMPhase(t, controller, in, kubevirtv1.MigrationSucceeded)
 	waitVMIMPhase(t, in, kubevirtv1.MigrationSucceeded)
-	if err := attacker.Create(ctx, copyIn.DeepCopy()); err != nil {
+	if err := owner.Create(ctx, twinIn.DeepCopy()); err != nil {
 		t.Fatalf("a receiving VMIM with the ID of a migration that succeeded: %v", err)
 	}
-	hasCause(t, attacker.Create(ctx, copyOut.DeepCopy()), "spec.sendTo.migrationID", "already used by a live migration in another namespace")
+	hasCause(t, owner.Create(ctx, twinOut.DeepCopy()), "spec.sendTo.migrationID", "already used by live migration vm1-out")
 	setVMIMPhase(t, controller, out, kubevirtv1.MigrationFailed)
 	waitVMIMPhase(t, out, kubevirtv1.MigrationFailed)
-	if err := attacker.Create(ctx, copyOut.DeepCopy()); err != nil {
+	if err := owner.Create(ctx, twinOut.DeepCopy()); err != nil {
 		t.Fatalf("a sending VMIM with the ID of a migration that failed: %v", err)
 	}
+
+	// The route annotations, each on its own end.
+	moved := decentralizedVMIM(victim, "moved-out", "", id+"-moved")
+	moved.Annotations = map[string]string{migrationid.AnnotationTarget: "team-a-prod"}
+	hasCause(t, owner.Create(ctx, moved.DeepCopy()), "metadata.annotations[kvnet.io/migration-target]", "want <namespace>/<name>")
+	moved.Annotations[migrationid.AnnotationTarget] = "team-a-prod/vm1"
+	if err := owner.Create(ctx, moved); err != nil {
+		t.Fatalf("a sending VMIM naming the VM that receives it: %v", err)
+	}
+	approving := decentralizedVMIM(victim, "moved-in", id+"-moved", "")
+	approving.Annotations = map[string]string{migrationid.AnnotationSource: "team-a/vm1"}
+	hasCause(t, owner.Create(ctx, approving.DeepCopy()), "metadata.annotations[kvnet.io/migration-source]", "want <peer>/<namespace>/<name>")
 }
 
 // decentralizedVMIM is a VMIM of ns/name that receives migration ID recv

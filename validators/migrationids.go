@@ -11,24 +11,27 @@ import (
 )
 
 // MigrationIDs refuses a VirtualMachineInstanceMigration whose decentralized
-// migration ID another live VMIM of the same role already holds, in any
-// namespace of the cluster: a second receiving VMIM with a receiving
-// VMIM's spec.receive.migrationID, a second sending one with a sending
-// VMIM's spec.sendTo.migrationID. The ID is all a peer names: a tenant who
-// copies a victim's ID into a VMIM of its own would otherwise make the
-// victim's migration ambiguous (the proxy refuses it for both, as
-// ambiguous-migration) or, in a cluster without kvnet's proxy, leave
-// KubeVirt's synchronization controller to pick one. A send and a receive
-// VMIM may share an ID: both ends of a migration can be in one cluster.
-// Live is migrationid.Live (not Succeeded or Failed, not being deleted): a
+// migration ID another live VMIM of the same role already holds in the same
+// namespace: a second receiving VMIM with a receiving VMIM's
+// spec.receive.migrationID, a second sending one with a sending VMIM's
+// spec.sendTo.migrationID. Two such VMIMs would make the migration
+// ambiguous (the proxy refuses it for both, as ambiguous-migration).
+//
+// VMIMs of other namespaces are neither counted nor named, dry-run or not:
+// the migration proxy ties a migration to the sending and the receiving
+// VM by namespace and name (proxy.Route), so a copy of a victim's ID in a
+// tenant's namespace is never looked at, and a refusal that depended on
+// other namespaces would tell a tenant which IDs other tenants use. So an
+// ID need not be hard to guess: it names a migration within a namespace,
+// it does not decide whose it is. A send and a receive VMIM may share an
+// ID: both ends of a migration can be in one cluster. Live is
+// migrationid.Live (not Succeeded or Failed, not being deleted): a
 // migration that ended frees its ID.
 //
 // The holders come from the informer cache (lookup.Facts), so two VMIMs
 // created at once with one ID, or one created before the cache saw the
 // other, may both be admitted. That race is accepted: the proxy refuses a
-// receiving ID that two live VMIMs hold (proxy.ClusterResolver), for both,
-// so a race can stall the victim's migration until one of the two ends but
-// never hand its stream to the copy.
+// receiving ID that two live VMIMs of a namespace hold, for both.
 type MigrationIDs struct{}
 
 // Name implements chain.MigrationValidator.
@@ -50,27 +53,16 @@ func (MigrationIDs) ValidateMigration(ctx context.Context, req *chain.MigrationR
 		if err != nil {
 			return nil, err
 		}
-		// Holders in the requester's own namespace are named; one in
-		// another namespace is not: a tenant guessing IDs must not learn
-		// which VMIMs other tenants run.
 		var others []string
-		elsewhere := false
 		for _, h := range holders {
-			switch {
-			case h.Namespace == m.Namespace && h.Name == m.Name:
-			case h.Namespace == m.Namespace:
+			if h.Namespace == m.Namespace && h.Name != m.Name {
 				others = append(others, "live migration "+h.Name)
-			default:
-				elsewhere = true
 			}
-		}
-		if elsewhere {
-			others = append(others, "a live migration in another namespace")
 		}
 		if len(others) > 0 {
 			errs = append(errs, field.Invalid(role.Path(), id,
 				"already used by "+strings.Join(others, ", ")+
-					": a migration ID names one "+roleName(role)+" VirtualMachineInstanceMigration of the cluster until it has succeeded or failed"))
+					": a migration ID names one "+roleName(role)+" VirtualMachineInstanceMigration of the namespace until it has succeeded or failed"))
 		}
 	}
 	return errs, nil

@@ -51,25 +51,27 @@ func TestMigrationIDs(t *testing.T) {
 	recvPath, sendPath := migrationid.Receive.Path(), migrationid.Send.Path()
 	used := func(p *field.Path, id, holders, role string) *field.Error {
 		return field.Invalid(p, id, "already used by "+holders+
-			": a migration ID names one "+role+" VirtualMachineInstanceMigration of the cluster until it has succeeded or failed")
+			": a migration ID names one "+role+" VirtualMachineInstanceMigration of the namespace until it has succeeded or failed")
 	}
 	for name, c := range map[string]struct {
 		m    kubevirtv1.VirtualMachineInstanceMigration
 		want field.ErrorList
 	}{
-		"in-cluster migration":      {m: vmim("tenant", "plain", "", "", "")},
-		"a fresh receive ID":        {m: vmim("tenant", "copy-in", "mig-new", "", "")},
-		"a copied receive ID":       {m: vmim("tenant", "copy-in", "mig-victim", "", ""), want: field.ErrorList{used(recvPath, "mig-victim", "a live migration in another namespace", "receiving")}},
-		"a copied send ID":          {m: vmim("tenant", "copy-out", "", "mig-out", ""), want: field.ErrorList{used(sendPath, "mig-out", "a live migration in another namespace", "sending")}},
-		"only its own are named":    {m: vmim("victim", "copy-in", "mig-twice", "", ""), want: field.ErrorList{used(recvPath, "mig-twice", "live migration vm6-in, a live migration in another namespace", "receiving")}},
-		"the other end, receive":    {m: vmim("tenant", "vm2-in", "mig-out", "", "")},
-		"the other end, send":       {m: vmim("tenant", "vm1-out", "", "mig-victim", "")},
-		"both ends, both taken":     {m: vmim("tenant", "both", "mig-both", "mig-both", ""), want: field.ErrorList{used(recvPath, "mig-both", "a live migration in another namespace", "receiving"), used(sendPath, "mig-both", "a live migration in another namespace", "sending")}},
-		"ID of a succeeded VMIM":    {m: vmim("tenant", "again-in", "mig-done", "", "")},
-		"ID of a failed VMIM":       {m: vmim("tenant", "again-in", "mig-failed", "", "")},
-		"ID of a VMIM being gone":   {m: vmim("tenant", "again-in", "mig-deleting", "", "")},
-		"itself":                    {m: vmim("victim", "vm1-in", "mig-victim", "", kubevirtv1.MigrationWaitingForSync)},
-		"a final phase in the body": {m: vmim("tenant", "copy-in", "mig-victim", "", kubevirtv1.MigrationSucceeded), want: field.ErrorList{used(recvPath, "mig-victim", "a live migration in another namespace", "receiving")}},
+		"in-cluster migration":                {m: vmim("tenant", "plain", "", "", "")},
+		"a fresh receive ID":                  {m: vmim("tenant", "copy-in", "mig-new", "", "")},
+		"a receive ID another namespace uses": {m: vmim("tenant", "copy-in", "mig-victim", "", "")},
+		"a send ID another namespace uses":    {m: vmim("tenant", "copy-out", "", "mig-out", "")},
+		"a receive ID of its own namespace":   {m: vmim("victim", "copy-in", "mig-twice", "", ""), want: field.ErrorList{used(recvPath, "mig-twice", "live migration vm6-in", "receiving")}},
+		"a send ID of its own namespace":      {m: vmim("victim", "copy-out", "", "mig-out", ""), want: field.ErrorList{used(sendPath, "mig-out", "live migration vm2-out", "sending")}},
+		"the other end, receive":              {m: vmim("tenant", "vm2-in", "mig-out", "", "")},
+		"the other end, send":                 {m: vmim("tenant", "vm1-out", "", "mig-victim", "")},
+		"both ends, both taken":               {m: vmim("victim", "both", "mig-both", "mig-both", ""), want: field.ErrorList{used(recvPath, "mig-both", "live migration vm7", "receiving"), used(sendPath, "mig-both", "live migration vm7", "sending")}},
+		"both ends, taken elsewhere":          {m: vmim("tenant", "both", "mig-both", "mig-both", "")},
+		"ID of a succeeded VMIM":              {m: vmim("tenant", "again-in", "mig-done", "", "")},
+		"ID of a failed VMIM":                 {m: vmim("tenant", "again-in", "mig-failed", "", "")},
+		"ID of a VMIM being gone":             {m: vmim("tenant", "again-in", "mig-deleting", "", "")},
+		"itself":                              {m: vmim("victim", "vm1-in", "mig-victim", "", kubevirtv1.MigrationWaitingForSync)},
+		"a final phase in the body":           {m: vmim("victim", "copy-in", "mig-victim", "", kubevirtv1.MigrationSucceeded), want: field.ErrorList{used(recvPath, "mig-victim", "live migration vm1-in", "receiving")}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := c.m

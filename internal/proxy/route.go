@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/kvnet/kvnet/internal/model/migrationid"
 )
 
 // A migration ID is chosen by whoever orchestrates the migration and may
@@ -32,15 +34,12 @@ import (
 // cluster who names the victim's VM as its target is refused (the
 // victim's receiving VMIM approves no such sender).
 
-// AnnotationMigrationTarget, on a sending VMIM, names the VM that is to
-// receive the migration in the peer cluster as "<namespace>/<name>", when
-// it is not the VM's own namespace and name.
-const AnnotationMigrationTarget = "kvnet.io/migration-target"
-
-// AnnotationMigrationSource, on a receiving VMIM, approves a sender of
-// another namespace or name as "<peer>/<namespace>/<name>": the peer
-// proxy's name as this cluster's proxy knows it, and the sending VM.
-const AnnotationMigrationSource = "kvnet.io/migration-source"
+// AnnotationMigrationTarget and AnnotationMigrationSource are
+// migrationid's AnnotationTarget and AnnotationSource.
+const (
+	AnnotationMigrationTarget = migrationid.AnnotationTarget
+	AnnotationMigrationSource = migrationid.AnnotationSource
+)
 
 // VMRef is a VM by namespace and name; its VMI has the same name.
 type VMRef struct {
@@ -132,19 +131,10 @@ func RouteOf(vmi *kubevirtv1.VirtualMachineInstance, vmim *kubevirtv1.VirtualMac
 	return rt, nil
 }
 
-// ParseVMRef reads "<namespace>/<name>".
+// ParseVMRef reads "<namespace>/<name>" (migrationid.ParseVM).
 func ParseVMRef(s string) (VMRef, error) {
-	ns, name, ok := strings.Cut(s, "/")
-	if !ok {
-		return VMRef{}, fmt.Errorf("%q is not <namespace>/<name>", s)
-	}
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return VMRef{}, fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
-	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return VMRef{}, fmt.Errorf("name %q: %s", name, strings.Join(errs, "; "))
-	}
-	return VMRef{Namespace: ns, Name: name}, nil
+	ns, name, err := migrationid.ParseVM(s)
+	return VMRef{Namespace: ns, Name: name}, err
 }
 
 // Approval is the value of AnnotationMigrationSource that lets peer's VM

@@ -39,6 +39,6 @@ func Chains(ext Extensions) webhook.Chains {
 		MigrationPod: ext.MigrationPod,
 		// Decentralized migrations: a migration ID is refused while another
 		// live VMIM of its role holds it.
-		MigrationValidators: []chain.MigrationValidator{validators.MigrationIDs{}},
+		MigrationValidators: []chain.MigrationValidator{validators.MigrationIDs{}, validators.MigrationRoutes{}},
 	}
 }
