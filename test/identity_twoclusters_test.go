@@ -205,11 +205,23 @@ func TestIdentityTargetSide(t *testing.T) {
 	piPersistentNAD(t, other, "blue", it.network)
 	web := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "web", Annotations: map[string]string{
+			multus.NetworksAnnotation:      other + "/blue",
 			multus.NetworkStatusAnnotation: `[{"name":"ovn-kubernetes","ips":["10.244.0.8"],"default":true},{"name":"` + other + `/blue","interface":"net1","ips":["10.100.0.8"]}]`,
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web"}}},
 	}
 	mustCreate(t, env.Client, web)
+	// A tenant's pod whose network-status it wrote itself (issue 43,
+	// attack 3): the address the victim's identity brings, on the blue NAD
+	// the pod never asked for, and on a NAD that does not exist. Neither
+	// counts, so the identity is taken below.
+	forger := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "forger", Annotations: map[string]string{
+			multus.NetworkStatusAnnotation: `[{"name":"` + other + `/blue","interface":"net1","ips":["10.100.0.5"]},{"name":"` + other + `/gone","interface":"net2","ips":["10.100.0.5"]}]`,
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "forger", Image: "forger"}}},
+	}
+	mustCreate(t, env.Client, forger)
 
 	for _, c := range []struct {
 		what, outcome, says string
@@ -217,9 +229,14 @@ func TestIdentityTargetSide(t *testing.T) {
 	}{
 		{"another network name", persistentips.ReasonNetworkName, `networks[blue].networkName: "red"`, it.identity(vmim, "red", "10.100.0.5/24")},
 		{"an IP outside the subnets", persistentips.ReasonOutsideSubnets, "networks[blue].ips: 10.100.1.5/24 is in no subnet", it.identity(vmim, it.network, "10.100.1.5/24")},
-		{"an IP a claim holds", persistentips.ReasonHeld, fmt.Sprintf("10.100.0.7 is already held on network %q by IPAMClaim %s/app.blue", it.network, other), it.identity(vmim, it.network, "10.100.0.7/24")},
+		{"an IP a claim holds", persistentips.ReasonHeld, fmt.Sprintf("10.100.0.7 is already held on network %q by an IPAMClaim in another namespace", it.network), it.identity(vmim, it.network, "10.100.0.7/24")},
 	} {
 		it.refused(t, c.what, it.fromA, vmim, c.id, proxy.RefusedIdentityMismatch, c.outcome, c.says)
+	}
+	// The event names no object of another namespace; the log names it
+	// for the cluster admin.
+	if n := env.Logs.Count("refused a migration's network identity", "holder", "IPAMClaim "+other+"/app.blue"); n < 1 {
+		t.Errorf("no log line names the claim that holds the address")
 	}
 	// Another receiving VM, so that its event is not the series above.
 	vmi2, vmim2 := it.receive(t, "vm2")
@@ -231,7 +248,7 @@ func TestIdentityTargetSide(t *testing.T) {
 	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi2))
 	mustCreate(t, env.Client, targetPod(vmi2, local))
 	it.refused(t, "an IP a pod holds", it.fromA, vmim2, it.identity(vmim2, it.network, "10.100.0.8/24"), proxy.RefusedIdentityMismatch,
-		persistentips.ReasonHeld, fmt.Sprintf("10.100.0.8 is already held on network %q by pod %s/web", it.network, other))
+		persistentips.ReasonHeld, fmt.Sprintf("10.100.0.8 is already held on network %q by a pod in another namespace", it.network))
 	// The migration is cluster-a's now (its first identity bound it):
 	// cluster-c, trusted as a peer, cannot give the VM other addresses.
 	it.refused(t, "a peer the migration is not bound to", it.fromC, vmim, it.identity(vmim, it.network, "10.100.0.5/24"), proxy.RefusedOtherPeer, "", "")

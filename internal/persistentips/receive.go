@@ -60,6 +60,9 @@ type ReceivedNetwork struct {
 type Mismatch struct {
 	Reason string
 	Err    error
+	// Holder, for ip-held, names the claim or pod that holds the address,
+	// for the log only: Err names it only in the receiving namespace.
+	Holder string
 }
 
 func (e *Mismatch) Error() string { return e.Reason + ": " + e.Err.Error() }
@@ -119,6 +122,9 @@ func (r *Receiver) Receive(ctx context.Context, peer string, vmimKey types.Names
 	switch {
 	case errors.As(err, &m):
 		identitiesReceived.WithLabelValues(m.Reason).Inc()
+		if m.Holder != "" {
+			log = log.WithValues("holder", m.Holder)
+		}
 		log.Info("refused a migration's network identity", "reason", m.Reason, "error", m.Err.Error())
 		r.event(&vmim, corev1.EventTypeWarning, "NetworkIdentityRefused", m.Reason,
 			"kvnet refused the network identity peer %s sent for this migration (%s): %v; the target pod is not admitted", peer, m.Reason, m.Err)

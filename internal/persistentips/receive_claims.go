@@ -23,9 +23,14 @@ const listPage = 500
 // populated claim's IPs without checking that nobody else has them, so
 // two pods would answer for one address. A claim counts by its
 // spec.network; a pod by the network of each NAD its network-status
-// lists (a NAD that no longer exists counts as that network: kvnet
-// cannot tell, and a refused migration is cheaper than a duplicate). The
-// receiving VM's own claims do not count.
+// lists (heldByPods). The receiving VM's own claims do not count.
+//
+// The refusal, which becomes an event on the receiving VMIM and travels
+// back to the source, names a holder of the receiving VM's namespace but
+// not one of another namespace ("an IPAMClaim in another namespace"):
+// the namespace's users see the event, and another tenant's objects are
+// not theirs to learn. The log line (Mismatch.Holder) names it for the
+// cluster admin.
 func (r *Receiver) held(ctx context.Context, owner Owner, plans []plannedClaim) error {
 	want := map[netip.Addr]plannedClaim{}
 	for _, p := range plans {
@@ -36,12 +41,21 @@ func (r *Receiver) held(ctx context.Context, owner Owner, plans []plannedClaim) 
 	if len(want) == 0 {
 		return nil
 	}
-	// network "" is any network (a pod's NAD that is gone).
-	heldBy := func(addr netip.Addr, network, by string) error {
-		if p, ok := want[addr]; ok && (network == "" || p.nad.NetworkName == network) {
-			return mismatch(ReasonHeld, "networks[%s].ips: %v is already held on network %q by %s", p.sent.Name, addr, network, by)
+	heldBy := func(addr netip.Addr, network, kind, namespace, name string) error {
+		p, ok := want[addr]
+		if !ok || p.nad.NetworkName != network {
+			return nil
 		}
-		return nil
+		holder := kind + " " + namespace + "/" + name
+		said := holder
+		if namespace != owner.Namespace {
+			said = "a " + kind + " in another namespace"
+			if kind == "IPAMClaim" {
+				said = "an " + kind + " in another namespace"
+			}
+		}
+		return &Mismatch{Reason: ReasonHeld, Holder: holder,
+			Err: fmt.Errorf("networks[%s].ips: %v is already held on network %q by %s", p.sent.Name, addr, network, said)}
 	}
 	var claims ipamv1alpha1.IPAMClaimList
 	for opts := (&client.ListOptions{Limit: listPage}); ; opts.Continue = claims.Continue {
@@ -55,7 +69,7 @@ func (r *Receiver) held(ctx context.Context, owner Owner, plans []plannedClaim) 
 			}
 			for _, ip := range c.Status.IPs {
 				if p, err := netip.ParsePrefix(ip); err == nil {
-					if err := heldBy(p.Addr(), c.Spec.Network, "IPAMClaim "+c.Namespace+"/"+c.Name); err != nil {
+					if err := heldBy(p.Addr(), c.Spec.Network, "IPAMClaim", c.Namespace, c.Name); err != nil {
 						return err
 					}
 				}
@@ -68,9 +82,23 @@ func (r *Receiver) held(ctx context.Context, owner Owner, plans []plannedClaim) 
 	return r.heldByPods(ctx, heldBy)
 }
 
+// MaxNetworkStatusEntries bounds the network-status entries of one pod
+// that the held check reads: a pod's annotation is whatever whoever may
+// write the pod wrote, and KubeVirt's launcher pods carry one entry per
+// interface (a handful).
+const MaxNetworkStatusEntries = 32
+
 // heldByPods applies heldBy to each address of each pod that has not
-// finished, on the network of the NAD it was attached through.
-func (r *Receiver) heldByPods(ctx context.Context, heldBy func(addr netip.Addr, network, by string) error) error {
+// finished, on the network of the NAD it was attached through. The
+// network-status annotation is written by Multus, but anyone who may
+// update a pod may write it too, so an entry counts only for a NAD that
+// the pod asked for in its networks annotation (Multus attaches no other)
+// and that exists (its network is then known), and only the first
+// MaxNetworkStatusEntries entries count. A tenant cannot then claim a
+// whole subnet, or every network, from its own pod; what it can still
+// claim is addresses on networks its pod really attaches to, which would
+// be a duplicate anyway. The NADs come from Facts, a cache.
+func (r *Receiver) heldByPods(ctx context.Context, heldBy func(addr netip.Addr, network, kind, namespace, name string) error) error {
 	var pods corev1.PodList
 	for opts := (&client.ListOptions{Limit: listPage}); ; opts.Continue = pods.Continue {
 		if err := r.Reader.List(ctx, &pods, opts); err != nil {
@@ -87,21 +115,32 @@ func (r *Receiver) heldByPods(ctx context.Context, heldBy func(addr netip.Addr, 
 				r.Log.V(1).Info("skipping a pod whose network-status does not parse", "pod", p.Namespace+"/"+p.Name, "error", err.Error())
 				continue
 			}
+			requested, err := multus.Parse(p.Annotations[multus.NetworksAnnotation])
+			if err != nil {
+				r.Log.V(1).Info("skipping a pod whose networks annotation does not parse", "pod", p.Namespace+"/"+p.Name, "error", err.Error())
+				continue
+			}
+			if len(statuses) > MaxNetworkStatusEntries {
+				r.Log.V(1).Info("reading only the first network-status entries of a pod", "pod", p.Namespace+"/"+p.Name, "entries", len(statuses), "read", MaxNetworkStatusEntries)
+				statuses = statuses[:MaxNetworkStatusEntries]
+			}
 			for _, s := range statuses {
 				if s.Default {
 					continue // the cluster default network is not a secondary network's
 				}
 				ns, name := s.NAD(p.Namespace)
+				if !slices.ContainsFunc(requested, func(e *multus.Element) bool { return e.Refers(p.Namespace, ns, name) }) {
+					continue
+				}
 				info, err := r.Facts.NAD(ctx, ns, name)
 				if err != nil {
 					return fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ns, name, err)
 				}
-				network, by := "", "pod "+p.Namespace+"/"+p.Name+" (its NetworkAttachmentDefinition "+ns+"/"+name+" is gone)"
-				if info != nil {
-					network, by = info.NetworkName, "pod "+p.Namespace+"/"+p.Name
+				if info == nil {
+					continue
 				}
 				for _, a := range s.Addrs() {
-					if err := heldBy(a, network, by); err != nil {
+					if err := heldBy(a, info.NetworkName, "pod", p.Namespace, p.Name); err != nil {
 						return err
 					}
 				}

@@ -19,12 +19,14 @@ import (
 // apart (neither imports the other), so the two meet here.
 type identityReceiver struct{ r *persistentips.Receiver }
 
-// newIdentityReceiver reads uncached (the checks must see the pod or claim
-// that holds an address now, not what an informer last heard) and records
-// its outcome on the receive VMIM.
+// newIdentityReceiver reads claims and pods uncached (the checks must see
+// the pod or claim that holds an address now, not what an informer last
+// heard), NADs from the manager's cache (each pod's network-status entry
+// asks for one: a tenant's pod must not make each identity cost an API
+// read per entry), and records its outcome on the receive VMIM.
 func newIdentityReceiver(mgr manager.Manager) identityReceiver {
 	return identityReceiver{&persistentips.Receiver{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Facts: lookup.NewReader(mgr.GetAPIReader()),
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Facts: lookup.NewReader(mgr.GetClient()),
 		Events: mgr.GetEventRecorder("kvnet-migration-proxy"),
 		Log:    mgr.GetLogger().WithName("migration-proxy").WithName("identity"),
 	}}
