@@ -226,8 +226,8 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 		if d := refusedCount(t, "target", proxy.RefusedWrongVM) - wrongVM; d < 1 {
 			return fmt.Errorf("kvnet_proxy_refused_total{side=target,reason=%s} rose by %v", proxy.RefusedWrongVM, d)
 		}
-		if d := offered(proxy.RefusedWrongVM.String()) - offeredWrongVM; d != 1 {
-			return fmt.Errorf("kvnet_proxy_identities_offered_total{outcome=%s} rose by %v, want 1", proxy.RefusedWrongVM, d)
+		if d := offered(proxy.RefusedWrongVM.String()) - offeredWrongVM; d < 1 {
+			return fmt.Errorf("kvnet_proxy_identities_offered_total{outcome=%s} rose by %v", proxy.RefusedWrongVM, d)
 		}
 		if d := env.Logs.Count("refused a stream", "reason", proxy.RefusedWrongVM.String(), "peer", "cluster-a") - wrongVMLogs; d < 1 {
 			return fmt.Errorf("%d log lines", d)

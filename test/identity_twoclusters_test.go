@@ -226,12 +226,13 @@ func TestIdentityTargetSide(t *testing.T) {
 	for _, c := range []struct {
 		what, outcome, says string
 		id                  proxy.Identity
+		reason              proxy.Refusal
 	}{
-		{"another network name", persistentips.ReasonNetworkName, `networks[blue].networkName: "red"`, it.identity(vmim, "red", "10.100.0.5/24")},
-		{"an IP outside the subnets", persistentips.ReasonOutsideSubnets, "networks[blue].ips: 10.100.1.5/24 is in no subnet", it.identity(vmim, it.network, "10.100.1.5/24")},
-		{"an IP a claim holds", persistentips.ReasonHeld, fmt.Sprintf("10.100.0.7 is already held on network %q by an IPAMClaim in another namespace", it.network), it.identity(vmim, it.network, "10.100.0.7/24")},
+		{"another network name", persistentips.ReasonNetworkName, `networks[blue].networkName: "red"`, it.identity(vmim, "red", "10.100.0.5/24"), proxy.RefusedIdentityMismatch},
+		{"an IP outside the subnets", persistentips.ReasonOutsideSubnets, "networks[blue].ips: 10.100.1.5/24 is in no subnet", it.identity(vmim, it.network, "10.100.1.5/24"), proxy.RefusedIdentityMismatch},
+		{"an IP a claim holds", persistentips.ReasonHeld, fmt.Sprintf("10.100.0.7 is already held on network %q by an IPAMClaim in another namespace", it.network), it.identity(vmim, it.network, "10.100.0.7/24"), proxy.RefusedIdentityHeld},
 	} {
-		it.refused(t, c.what, it.fromA, vmim, c.id, proxy.RefusedIdentityMismatch, c.outcome, c.says)
+		it.refused(t, c.what, it.fromA, vmim, c.id, c.reason, c.outcome, c.says)
 	}
 	// The event names no object of another namespace; the log names it
 	// for the cluster admin.
@@ -247,7 +248,7 @@ func TestIdentityTargetSide(t *testing.T) {
 	mustCreate(t, env.Client, local)
 	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi2))
 	mustCreate(t, env.Client, targetPod(vmi2, local))
-	it.refused(t, "an IP a pod holds", it.fromA, vmim2, it.identity(vmim2, it.network, "10.100.0.8/24"), proxy.RefusedIdentityMismatch,
+	it.refused(t, "an IP a pod holds", it.fromA, vmim2, it.identity(vmim2, it.network, "10.100.0.8/24"), proxy.RefusedIdentityHeld,
 		persistentips.ReasonHeld, fmt.Sprintf("10.100.0.8 is already held on network %q by a pod in another namespace", it.network))
 	// The migration is cluster-a's now (its first identity bound it):
 	// cluster-c, trusted as a peer, cannot give the VM other addresses.

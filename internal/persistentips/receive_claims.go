@@ -3,12 +3,14 @@ package persistentips
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/internal/model/multus"
@@ -33,27 +35,47 @@ const listPage = 500
 // cluster admin.
 func (r *Receiver) held(ctx context.Context, owner Owner, plans []plannedClaim) error {
 	want := map[netip.Addr]plannedClaim{}
+	wantMAC := map[string]plannedClaim{}
 	for _, p := range plans {
 		for _, ip := range p.sent.IPs {
 			want[ip.Addr()] = p
 		}
+		if len(p.sent.MAC) > 0 {
+			wantMAC[p.sent.MAC.String()] = p
+		}
 	}
-	if len(want) == 0 {
+	if len(want) == 0 && len(wantMAC) == 0 {
 		return nil
 	}
-	heldBy := func(addr netip.Addr, network, kind, namespace, name string) error {
+	name := func(kind, namespace, name string) (holder, said string) {
+		holder = kind + " " + namespace + "/" + name
+		if namespace == owner.Namespace {
+			return holder, holder
+		}
+		if kind == "IPAMClaim" {
+			return holder, "an IPAMClaim in another namespace"
+		}
+		return holder, "a " + kind + " in another namespace"
+	}
+	macHeldBy := func(mac, kind, namespace, n string) error {
+		hw, err := net.ParseMAC(mac)
+		if err != nil {
+			return nil
+		}
+		p, ok := wantMAC[hw.String()]
+		if !ok {
+			return nil
+		}
+		holder, said := name(kind, namespace, n)
+		return &Mismatch{Reason: ReasonHeld, Holder: holder,
+			Err: fmt.Errorf("networks[%s].mac: %v is already used by %s", p.sent.Name, hw, said)}
+	}
+	heldBy := func(addr netip.Addr, network, kind, namespace, n string) error {
 		p, ok := want[addr]
 		if !ok || p.nad.NetworkName != network {
 			return nil
 		}
-		holder := kind + " " + namespace + "/" + name
-		said := holder
-		if namespace != owner.Namespace {
-			said = "a " + kind + " in another namespace"
-			if kind == "IPAMClaim" {
-				said = "an " + kind + " in another namespace"
-			}
-		}
+		holder, said := name(kind, namespace, n)
 		return &Mismatch{Reason: ReasonHeld, Holder: holder,
 			Err: fmt.Errorf("networks[%s].ips: %v is already held on network %q by %s", p.sent.Name, addr, network, said)}
 	}
@@ -74,12 +96,53 @@ func (r *Receiver) held(ctx context.Context, owner Owner, plans []plannedClaim) 
 					}
 				}
 			}
+			if err := macHeldBy(c.Annotations[MACAnnotation], "IPAMClaim", c.Namespace, c.Name); err != nil {
+				return err
+			}
 		}
 		if claims.Continue == "" {
 			break
 		}
 	}
+	if len(wantMAC) > 0 {
+		if err := r.macsHeldByVMIs(ctx, owner, macHeldBy); err != nil {
+			return err
+		}
+	}
 	return r.heldByPods(ctx, heldBy)
+}
+
+// macsHeldByVMIs applies macHeldBy to each MAC a VMI other than the
+// receiving one asks for (spec.domain.devices.interfaces[].macAddress) or
+// reports (status.interfaces[].mac): two guests with one MAC on a network
+// break each other's traffic, and kubemacpool, where it runs, would not
+// know of a MAC that came from another cluster.
+func (r *Receiver) macsHeldByVMIs(ctx context.Context, owner Owner, macHeldBy func(mac, kind, namespace, name string) error) error {
+	var vmis kubevirtv1.VirtualMachineInstanceList
+	for opts := (&client.ListOptions{Limit: listPage}); ; opts.Continue = vmis.Continue {
+		if err := r.Reader.List(ctx, &vmis, opts); err != nil {
+			return fmt.Errorf("listing VirtualMachineInstances: %w", err)
+		}
+		for i := range vmis.Items {
+			v := &vmis.Items[i]
+			if v.Namespace == owner.Namespace && v.Name == owner.Name {
+				continue
+			}
+			for _, iface := range v.Spec.Domain.Devices.Interfaces {
+				if err := macHeldBy(iface.MacAddress, "VirtualMachineInstance", v.Namespace, v.Name); err != nil {
+					return err
+				}
+			}
+			for _, iface := range v.Status.Interfaces {
+				if err := macHeldBy(iface.MAC, "VirtualMachineInstance", v.Namespace, v.Name); err != nil {
+					return err
+				}
+			}
+		}
+		if vmis.Continue == "" {
+			return nil
+		}
+	}
 }
 
 // MaxNetworkStatusEntries bounds the network-status entries of one pod

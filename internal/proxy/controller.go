@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -59,11 +60,13 @@ type Controller struct {
 	// Log is the controller's logger.
 	Log logr.Logger
 
-	mu         sync.Mutex
-	identities map[types.NamespacedName]types.UID
-	base       context.Context
-	stop       context.CancelFunc
-	sessions   map[types.NamespacedName]*session
+	mu                sync.Mutex
+	identities        map[types.NamespacedName]offerState
+	offersByNamespace *keyedLimiter
+	offersTotal       *rate.Limiter
+	base              context.Context
+	stop              context.CancelFunc
+	sessions          map[types.NamespacedName]*session
 }
 
 // session is the relays of one migration of one VMI.
@@ -121,7 +124,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.Client.Get(ctx, req.NamespacedName, &vmi); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.closeSession(log, req.NamespacedName, "the VMI is gone")
-			c.markOffered(req.NamespacedName, "")
+			c.forgetOffers(req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("reading VMI %s: %w", req.NamespacedName, err)

@@ -143,6 +143,7 @@ const (
 	RefusedIdentityLate
 	RefusedIdentityStore
 	RefusedWrongVM
+	RefusedIdentityHeld
 )
 
 var refusalNames = map[Refusal]string{
@@ -174,6 +175,7 @@ var refusalNames = map[Refusal]string{
 	RefusedIdentityLate:       "identity-after-target-pod",
 	RefusedIdentityStore:      "identity-store-failed",
 	RefusedWrongVM:            "wrong-namespace-or-vm",
+	RefusedIdentityHeld:       "identity-held",
 }
 
 func (r Refusal) String() string {

@@ -33,7 +33,8 @@ func newIdentityReceiver(mgr manager.Manager) identityReceiver {
 }
 
 // ReceiveIdentity implements proxy.IdentityReceiver: a late identity is
-// identity-after-target-pod, any other mismatch identity-mismatch.
+// identity-after-target-pod, an address or MAC in use identity-held, any
+// other mismatch identity-mismatch.
 func (i identityReceiver) ReceiveIdentity(ctx context.Context, peer string, vmim types.NamespacedName, id proxy.Identity) error {
 	nets := make([]persistentips.ReceivedNetwork, 0, len(id.Networks))
 	for _, n := range id.Networks {
@@ -45,8 +46,11 @@ func (i identityReceiver) ReceiveIdentity(ctx context.Context, peer string, vmim
 		return err
 	}
 	reason := proxy.RefusedIdentityMismatch
-	if m.Reason == persistentips.ReasonLate {
+	switch m.Reason {
+	case persistentips.ReasonLate:
 		reason = proxy.RefusedIdentityLate
+	case persistentips.ReasonHeld:
+		reason = proxy.RefusedIdentityHeld // the holder may go: the source tries again
 	}
 	return &proxy.IdentityRefusal{Reason: reason, Err: m}
 }
