@@ -168,10 +168,12 @@ test: lint control-plane helm kubevirt prometheus nri peers
 
 # The race detector over every unit test, and over the integration tests
 # where kvnet's goroutines really race (replicas competing for a lease,
-# certificate rotations and allocations from two replicas at once). Only
-# those: -race multiplies the cost of the whole suite, and these are where
-# it can find something.
-RACE_INTEGRATION ?= ^(TestConfigReloadsOnEveryReplica|TestSelfManagedCertsRacingReplicasAgree|TestMigrationTwoReplicasConcurrent|TestReplicaKilledMidAllocation|TestLeaderHandoverWhileCreating)$$
+# certificate rotations and allocations from two replicas at once, and the
+# migration identity exchange: both proxies, the claim controller and the
+# target pod's admission on one claim). Only those: -race multiplies the
+# cost of the whole suite, and these are where it can find something.
+# test/layout's TestRaceTierNamesExist fails when a name here is no test.
+RACE_INTEGRATION ?= ^(TestConfigReloadsOnEveryReplica|TestSelfManagedCertsRacingReplicasAgree|TestMigrationTwoReplicasConcurrent|TestReplicaKilledMidAllocation|TestLeaderHandoverWhileCreating|TestIdentityTargetSide|TestIdentityAcrossClusters|TestIdentityAttacksAcrossClusters)$$
 race: control-plane
 	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /test)
 	$(GO) test -count=1 -race -timeout 20m -run '$(RACE_INTEGRATION)' ./test/

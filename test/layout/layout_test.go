@@ -204,3 +204,46 @@ func TestRulesMatchTheDocs(t *testing.T) {
 		}
 	}
 }
+
+// The Makefile's race tier names integration tests by a regular
+// expression; a test renamed or removed would silently drop out of it. Each
+// name it lists must be a test function of test/.
+func TestRaceTierNamesExist(t *testing.T) {
+	mk, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var expr string
+	for _, line := range strings.Split(string(mk), "\n") {
+		if v, ok := strings.CutPrefix(line, "RACE_INTEGRATION ?= "); ok {
+			expr = v
+		}
+	}
+	inner, ok := strings.CutPrefix(expr, "^(")
+	inner, ok2 := strings.CutSuffix(inner, ")$$")
+	if !ok || !ok2 || inner == "" {
+		t.Fatalf("RACE_INTEGRATION is %q, want ^(TestA|TestB|...)$$", expr)
+	}
+	defined := map[string]bool{}
+	files, err := filepath.Glob(filepath.Join("..", "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Test") {
+				defined[fn.Name.Name] = true
+			}
+		}
+	}
+	for _, name := range strings.Split(inner, "|") {
+		if !defined[name] {
+			t.Errorf("RACE_INTEGRATION names %s, which is no test function of test/", name)
+		}
+	}
+}
