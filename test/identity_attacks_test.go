@@ -186,10 +186,10 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 	for _, ns := range []string{victim, tenantA} {
 		mustCreate(t, src.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
-	src.vm(t, victim, "vm1", "10.100.0.9/24", "02:6b:76:00:00:09")
-	src.vm(t, victim, "vm2", "10.100.0.10/24", "02:6b:76:00:00:10")
-	src.vm(t, tenantA, "evil", "10.100.0.66/24", "02:6b:76:00:00:66")
-	src.vm(t, tenantA, "sly", "10.100.0.67/24", "02:6b:76:00:00:67")
+	src.vm(t, victim, "vm1", "10.100.0.9/24", "02:6b:76:01:00:09")
+	src.vm(t, victim, "vm2", "10.100.0.10/24", "02:6b:76:01:00:10")
+	src.vm(t, tenantA, "evil", "10.100.0.66/24", "02:6b:76:01:00:66")
+	src.vm(t, tenantA, "sly", "10.100.0.67/24", "02:6b:76:01:00:67")
 	owner, attackerA := editor(t, src.Config, src.Client, victim), editor(t, src.Config, src.Client, tenantA)
 	mgr, err := app.NewProxyManager(src.Config, app.ProxyOptions{
 		AdvertiseAddress: loopbackAddr(t, 7), Cert: it.fromA.Cert, Peers: []*proxy.Peer{it.hop}, SendIdentities: true,
@@ -286,8 +286,8 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 		ips   []string
 		mac   string
 	}{
-		{vmi1, vmim1, "vm1.blue", []string{"10.100.0.9/24"}, "02:6b:76:00:00:09"},
-		{vmi2, vmim2, "vm2.blue", []string{"10.100.0.10/24"}, "02:6b:76:00:00:10"},
+		{vmi1, vmim1, "vm1.blue", []string{"10.100.0.9/24"}, "02:6b:76:01:00:09"},
+		{vmi2, vmim2, "vm2.blue", []string{"10.100.0.10/24"}, "02:6b:76:01:00:10"},
 	} {
 		pod := admitTargetPod(t, c.vmi, c.vmim)
 		elems := piSelection(t, piStoredPod(t, pod))

@@ -285,6 +285,9 @@ func TestIdentityTargetSide(t *testing.T) {
 	if got := it.offer(t, it.fromA, sent); got != 0 {
 		t.Fatalf("the same identity again: refused %s", got)
 	}
+	if again, _ := piGetClaim(it.ns, "vm1.blue"); again.ResourceVersion != claim.ResourceVersion {
+		t.Errorf("the same identity again wrote claim %s (resourceVersion %s -> %s)", claim.Name, claim.ResourceVersion, again.ResourceVersion)
+	}
 
 	// The target pod exists: an identity now would not reach it.
 	pod := targetPod(vmi, vmim)
@@ -351,12 +354,9 @@ func TestIdentityAcrossClusters(t *testing.T) {
 			SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: vmim.Spec.Receive.MigrationID, ConnectURL: "127.0.0.1:9185"}},
 	})
 
-	// virt-controller's createTargetPod, retried until admitted.
-	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi))
-	pod := targetPod(vmi, vmim)
-	proxyEventually(t, "the target pod is admitted", func() error {
-		return env.Client.Create(ctx, pod.DeepCopy())
-	})
+	// virt-controller's createTargetPod, retried while it is denied for
+	// want of the identity.
+	admitTargetPod(t, vmi, vmim)
 	var pods corev1.PodList
 	if err := env.Client.List(ctx, &pods, client.InNamespace(it.ns), client.MatchingLabels{kubevirtv1.MigrationJobLabel: string(vmim.UID)}); err != nil || len(pods.Items) != 1 {
 		t.Fatalf("target pods: %d (%v), want 1", len(pods.Items), err)

@@ -365,8 +365,12 @@ func TestProxyTwoClusters(t *testing.T) {
 			refusedBy("a port the migration did not announce", "target", proxy.RefusedPort, func() error {
 				return wantReason(proxy.RefusedPort, dialAs(pa.Cert, migID, "1"))
 			})
-			refusedBy("a second trusted peer reusing the migration ID", "target", proxy.RefusedOtherPeer, func() error {
-				return wantReason(proxy.RefusedOtherPeer, dialAs(pc.Cert, migID, direct.port()))
+			// The receiving VMIM approves cluster-a's VM as its sender, so
+			// a second trusted peer naming the same VM is refused before
+			// any binding (TestProxyBindings has the binding's own
+			// refusal of a second peer, for a VM that keeps its namespace).
+			refusedBy("a second trusted peer reusing the migration ID", "target", proxy.RefusedWrongVM, func() error {
+				return wantReason(proxy.RefusedWrongVM, dialAs(pc.Cert, migID, direct.port()))
 			})
 			// Over the cap (1 on B): hold a stream of the first migration
 			// open, then ask for the second.
