@@ -173,7 +173,7 @@ test: lint control-plane helm kubevirt prometheus nri peers
 # target pod's admission on one claim). Only those: -race multiplies the
 # cost of the whole suite, and these are where it can find something.
 # test/layout's TestRaceTierNamesExist fails when a name here is no test.
-RACE_INTEGRATION ?= ^(TestConfigReloadsOnEveryReplica|TestSelfManagedCertsRacingReplicasAgree|TestMigrationTwoReplicasConcurrent|TestReplicaKilledMidAllocation|TestLeaderHandoverWhileCreating|TestIdentityTargetSide|TestIdentityAcrossClusters|TestIdentityAttacksAcrossClusters)$$
+RACE_INTEGRATION ?= ^(TestConfigReloadsOnEveryReplica|TestSelfManagedCertsRacingReplicasAgree|TestMigrationTwoReplicasConcurrent|TestReplicaKilledMidAllocation|TestLeaderHandoverWhileCreating|TestIdentityTargetSide|TestIdentityAcrossClusters|TestIdentityAttacksAcrossClusters|TestIdentityRefusalsThroughBothProxies)$$
 race: control-plane
 	$(GO) test -count=1 -race -timeout 20m $$($(GO) list ./... | grep -v /test)
 	$(GO) test -count=1 -race -timeout 20m -run '$(RACE_INTEGRATION)' ./test/

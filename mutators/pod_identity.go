@@ -60,7 +60,8 @@ func (m ReceivedIdentity) MutatePod(ctx context.Context, req *chain.PodRequest) 
 	if uid == "" || vmimName == "" || vmiName == "" || raw == "" {
 		return nil
 	}
-	if ok, err := m.receiving(ctx, req.Namespace, vmimName, uid); !ok || err != nil {
+	vmim, err := m.receiving(ctx, req.Namespace, vmimName, uid)
+	if vmim == nil || err != nil {
 		return err
 	}
 	elems, err := multus.Parse(raw)
@@ -92,8 +93,12 @@ func (m ReceivedIdentity) MutatePod(ctx context.Context, req *chain.PodRequest) 
 	if len(waiting) > 0 {
 		targetPodsWaiting.Inc()
 		logf.FromContext(ctx).Info("denied a migration target pod until its claims hold the source's IPs", "vmim", vmimName, "vmi", vmiName, "networks", waiting)
-		return chain.RefuseForbidden(fmt.Sprintf("target pod of migration %s: the claims of networks %s hold no IPs yet; kvnet admits the pod once the source cluster's network identity is in them (see the events of VirtualMachineInstanceMigration %s)",
-			vmimName, strings.Join(waiting, ", "), vmimName))
+		why := ""
+		if note := vmim.Annotations[persistentips.RefusedAnnotation]; note != "" {
+			why = "; the source cluster's network identity was refused: " + note
+		}
+		return chain.RefuseForbidden(fmt.Sprintf("target pod of migration %s: the claims of networks %s hold no IPs yet; kvnet admits the pod once the source cluster's network identity is in them (see the events of VirtualMachineInstanceMigration %s)%s",
+			vmimName, strings.Join(waiting, ", "), vmimName, why))
 	}
 	if !changed {
 		return nil
@@ -106,11 +111,11 @@ func (m ReceivedIdentity) MutatePod(ctx context.Context, req *chain.PodRequest) 
 	return nil
 }
 
-// receiving reports whether the VMIM the pod names is a receive VMIM and
+// receiving returns the VMIM the pod names when it is a receive VMIM and
 // the one of the label's UID (a VMIM of the same name created again is
-// another migration). It reads uncached when it can: target pods are
-// few, and the VMIM was created just before the pod.
-func (m ReceivedIdentity) receiving(ctx context.Context, namespace, name, uid string) (bool, error) {
+// another migration), else nil. It reads uncached when it can: target
+// pods are few, and the VMIM was created just before the pod.
+func (m ReceivedIdentity) receiving(ctx context.Context, namespace, name, uid string) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
 	r := m.API
 	if r == nil {
 		r = m.Cache
@@ -118,11 +123,14 @@ func (m ReceivedIdentity) receiving(ctx context.Context, namespace, name, uid st
 	var vmim kubevirtv1.VirtualMachineInstanceMigration
 	switch err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &vmim); {
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("reading VirtualMachineInstanceMigration %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("reading VirtualMachineInstanceMigration %s/%s: %w", namespace, name, err)
 	}
-	return string(vmim.UID) == uid && vmim.Spec.Receive != nil, nil
+	if string(vmim.UID) != uid || vmim.Spec.Receive == nil {
+		return nil, nil
+	}
+	return &vmim, nil
 }
 
 // identity reports whether the element's claim holds IPs and, when it

@@ -30,6 +30,13 @@ func riVMIM(uid string, receive bool) *kubevirtv1.VirtualMachineInstanceMigratio
 	return m
 }
 
+// refusedVMIM is riVMIM("a") with kvnet's note of a refused identity.
+func refusedVMIM(note string) *kubevirtv1.VirtualMachineInstanceMigration {
+	m := riVMIM("a", true)
+	m.Annotations = map[string]string{persistentips.RefusedAnnotation: note}
+	return m
+}
+
 // riClaim is crVMI's claim of network, with ips and the kvnet.io/mac
 // annotation mac ("" for none).
 func riClaim(network, mac string, ips ...string) *ipamv1alpha1.IPAMClaim {
@@ -86,6 +93,12 @@ func TestReceivedIdentity(t *testing.T) {
 			pod:       riPod(riElems("")),
 			cache:     crClient(crVMI(), riVMIM("a", true), riClaim("blue", blueMAC, "10.1.0.9/24"), riClaim("red", "")),
 			forbidden: "target pod of migration web-in: the claims of networks red (IPAMClaim web.red) hold no IPs yet",
+		},
+		"an identity refused: the denial repeats why": {
+			pod: riPod(riElems("")),
+			cache: crClient(crVMI(), refusedVMIM("ip-held: networks[red].ips: 10.2.0.9 is already held"),
+				riClaim("blue", blueMAC, "10.1.0.9/24"), riClaim("red", "")),
+			forbidden: "hold no IPs yet; kvnet admits the pod once the source cluster's network identity is in them (see the events of VirtualMachineInstanceMigration web-in); the source cluster's network identity was refused: ip-held: networks[red].ips: 10.2.0.9 is already held",
 		},
 		"a claim that does not exist yet: denied": {
 			pod:       riPod(riElems("")),

@@ -32,6 +32,17 @@ import (
 // kvnet alone.
 const MACAnnotation = "kvnet.io/mac"
 
+// RefusedAnnotation on a receive VMIM says why kvnet refused the last
+// network identity a peer sent for it, as "<reason>: <what>" (at most
+// maxRefusedNote bytes); it goes once an identity is taken. The target
+// pod's denial repeats it (mutators.ReceivedIdentity), so that whoever
+// watches the pod wait sees why without reading events. It names nothing
+// of another namespace (the refusals do not). The VMIM's users may edit
+// it; that changes only what their own pod's denial says.
+const RefusedAnnotation = "kvnet.io/network-identity-refused"
+
+const maxRefusedNote = 512
+
 // Reasons a received identity is refused, the values of the received
 // counter's outcome label beside OutcomeAccepted.
 const (
@@ -128,9 +139,15 @@ func (r *Receiver) Receive(ctx context.Context, peer string, vmimKey types.Names
 		log.Info("refused a migration's network identity", "reason", m.Reason, "error", m.Err.Error())
 		r.event(&vmim, corev1.EventTypeWarning, "NetworkIdentityRefused", m.Reason,
 			"kvnet refused the network identity peer %s sent for this migration (%s): %v; the target pod is not admitted", peer, m.Reason, m.Err)
+		if nerr := r.note(ctx, &vmim, m.Reason+": "+m.Err.Error()); nerr != nil {
+			log.Error(nerr, "recording the refusal on the receive VMIM")
+		}
 		return err
 	case err != nil:
 		return err
+	}
+	if err := r.note(ctx, &vmim, ""); err != nil {
+		log.Error(err, "removing an earlier refusal from the receive VMIM")
 	}
 	identitiesReceived.WithLabelValues(OutcomeAccepted).Inc()
 	log.Info("stored a migration's network identity in the receiving VM's claims", "vmi", vmi.Name, "claims", len(plans))
@@ -228,4 +245,28 @@ func (r *Receiver) event(vmim *kubevirtv1.VirtualMachineInstanceMigration, typ, 
 	if r.Events != nil {
 		r.Events.Eventf(vmim, nil, typ, reason, outcome, note, args...)
 	}
+}
+
+// note sets RefusedAnnotation on vmim to value, or removes it for "".
+func (r *Receiver) note(ctx context.Context, vmim *kubevirtv1.VirtualMachineInstanceMigration, value string) error {
+	if len(value) > maxRefusedNote {
+		value = value[:maxRefusedNote]
+	}
+	cur, has := vmim.Annotations[RefusedAnnotation]
+	if cur == value && (has || value == "") {
+		return nil
+	}
+	base := vmim.DeepCopy()
+	if value == "" {
+		delete(vmim.Annotations, RefusedAnnotation)
+	} else {
+		if vmim.Annotations == nil {
+			vmim.Annotations = map[string]string{}
+		}
+		vmim.Annotations[RefusedAnnotation] = value
+	}
+	if err := r.Client.Patch(ctx, vmim, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("annotating VirtualMachineInstanceMigration %s/%s: %w", vmim.Namespace, vmim.Name, err)
+	}
+	return nil
 }
