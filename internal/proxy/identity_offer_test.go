@@ -146,33 +146,59 @@ func TestOfferRetriesOnlyWhatMayChange(t *testing.T) {
 	}
 }
 
-// Attack 5 of issue 43, at the source: a tenant's sending VMIMs with IDs
-// nobody receives offer within the namespace's share of the handshakes,
-// and another namespace's offer still goes out at once.
+// streamResolver is routeResolver with one stream endpoint: migration
+// mig-victim's, at ep.
+type streamResolver struct {
+	routeResolver
+	ep Endpoint
+}
+
+func (r streamResolver) Resolve(_ context.Context, _ string, rt Route) (Endpoint, bool, error) {
+	if rt.MigrationID != "mig-victim" {
+		return Endpoint{}, false, nil
+	}
+	return r.ep, true, nil
+}
+
+// Attack 5 of issue 43: a tenant's 20 sending VMIMs with IDs nobody
+// receives, each offered again as soon as its backoff allows, for five
+// rounds (100 offers had they been sent). Every offer is a handshake from
+// the proxy's one address, which the target allows 48 at once and then 10
+// a second. The namespace's cap sends a handful; another namespace's
+// offer still goes at once, and a victim's migration stream, from the same
+// address right after, is accepted and carries its bytes.
 func TestOffersAreCappedPerNamespace(t *testing.T) {
 	self, a := certstest.New(t, "cluster-b"), certstest.New(t, "cluster-a")
 	store := &countingIdentities{calls: map[string]int{}, refuse: map[string]*IdentityRefusal{
 		"tenant": {Reason: RefusedIdentityHeld, Err: errors.New("held")},
 	}}
-	addr, _ := hopServer(t, &TargetServer{Cert: self.Cert, Peers: []*Peer{{Name: "cluster-a", CAs: a.Pool}}, Resolver: routeResolver{}, Identities: store})
-	c := &Controller{Identities: fixedIdentities{}, Peers: []*Peer{{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}},
-		Dialer: &Dialer{Cert: a.Cert, Mode: ModeTLS}, Log: logr.Discard()}
+	echo := echoServer(t)
+	port := echo.Addr().(*net.TCPAddr).Port
+	addr, refusals := hopServer(t, &TargetServer{Cert: self.Cert, Peers: []*Peer{{Name: "cluster-a", CAs: a.Pool}},
+		Resolver: streamResolver{ep: Endpoint{Address: "127.0.0.1", Ports: map[string]int{fmt.Sprint(port): 49152},
+			Migration: types.NamespacedName{Namespace: "victim", Name: "vm1-in"}, UID: "victim-in"}},
+		Identities: store})
+	peer := &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}
+	c := &Controller{Identities: fixedIdentities{}, Peers: []*Peer{peer}, Dialer: &Dialer{Cert: a.Cert, Mode: ModeTLS}, Log: logr.Discard()}
 	ctx := context.Background()
-	limited := 0
-	for i := range 20 {
-		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: fmt.Sprintf("vm%d", i)}}
-		vmim := &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: vmi.Name + "-out", UID: types.UID(vmi.Name)},
-			Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name,
-				SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: fmt.Sprintf("random-%d", i), ConnectURL: "b:9185"}}}
-		if res := c.offerIdentity(ctx, vmi, vmim); res.RequeueAfter > 0 && store.count("tenant") < i+1 {
-			limited++
+	for round := range 5 {
+		for i := range 20 {
+			vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: fmt.Sprintf("vm%d", i)}}
+			vmim := &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: vmi.Name + "-out", UID: types.UID(vmi.Name)},
+				Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name,
+					SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: fmt.Sprintf("random-%d", i), ConnectURL: "b:9185"}}}
+			if res := c.offerIdentity(ctx, vmi, vmim); res.RequeueAfter <= 0 {
+				t.Fatalf("round %d, %s: not offered again", round, vmi.Name)
+			}
+			c.mu.Lock() // the backoff has passed
+			st := c.identities[types.NamespacedName{Namespace: "tenant", Name: vmi.Name}]
+			st.next = time.Time{}
+			c.identities[types.NamespacedName{Namespace: "tenant", Name: vmi.Name}] = st
+			c.mu.Unlock()
 		}
 	}
 	if got := store.count("tenant"); got > identityOffersPerNamespaceBurst+1 {
-		t.Errorf("20 of the tenant's VMIMs at once made %d offers, want at most the namespace's burst (%d) and the token refilled meanwhile", got, identityOffersPerNamespaceBurst)
-	}
-	if limited < 20-identityOffersPerNamespaceBurst-1 {
-		t.Errorf("%d offers held back, want the rest of the 20", limited)
+		t.Errorf("100 offers of the tenant's VMIMs reached the target %d times, want at most the namespace's burst (%d) and a refill", got, identityOffersPerNamespaceBurst)
 	}
 	victim := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "victim", Name: "vm1"}}
 	victimOut := &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "victim", Name: "vm1-out", UID: "victim-out"},
@@ -180,5 +206,24 @@ func TestOffersAreCappedPerNamespace(t *testing.T) {
 			SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: "mig-victim", ConnectURL: "b:9185"}}}
 	if res := c.offerIdentity(ctx, victim, victimOut); res.RequeueAfter != 0 || store.count("victim") != 1 {
 		t.Errorf("another namespace's offer: requeue after %v with %d offers, want taken at once", res.RequeueAfter, store.count("victim"))
+	}
+	conn, err := c.Dialer.Dial(ctx, peer, SameVM("mig-victim", "victim", "vm1"), uint16(port))
+	if err != nil {
+		t.Fatalf("the victim's stream beside the tenant's offers: %v", err)
+	}
+	defer conn.Close()
+	if err := echoBack(conn, []byte("the victim's migration")); err != nil {
+		t.Fatalf("the victim's stream: %v", err)
+	}
+	for {
+		select {
+		case r := <-refusals:
+			if r == RefusedHandshakeRate {
+				t.Fatal("the target refused a handshake for its rate")
+			}
+			continue
+		default:
+		}
+		return
 	}
 }
