@@ -357,7 +357,12 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 		return 0, fmt.Errorf("reading IPAMClaim %s/%s: %w", w.Claim.Namespace, w.Claim.Name, err)
 	}
 	if o.Owns(&cur) {
-		if cur.Spec.Network != w.Claim.Spec.Network || cur.Spec.Interface != w.Claim.Spec.Interface {
+		// A claim of the same network is the VM's claim, whoever created
+		// it: kubevirt/ipam-extensions (and kvnet before spec.interface)
+		// leave spec.interface empty, and replacing such a claim would
+		// free the VM's IP. It is adopted in place (issue 44). Only a claim
+		// of another network, or of another named interface, is replaced.
+		if cur.Spec.Network != w.Claim.Spec.Network || cur.Spec.Interface != "" && cur.Spec.Interface != w.Claim.Spec.Interface {
 			return r.replace(ctx, ownerObj, w, &cur)
 		}
 		if cur.DeletionTimestamp != nil {

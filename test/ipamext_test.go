@@ -1,0 +1,155 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/internal/persistentips"
+	"github.com/kvnet/kvnet/test/framework"
+)
+
+// claimWatch records every IPAMClaim event of a namespace: deletions
+// (including a deletionTimestamp a finalizer holds up), and
+// each change of a claim's status.ips or UID, which the move from a peer
+// must never make.
+type claimWatch struct {
+	mu      sync.Mutex
+	deleted []string
+	changed []string
+	last    map[string]*ipamv1alpha1.IPAMClaim
+}
+
+func watchClaims(t *testing.T, ns string) *claimWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := wc.Watch(ctx, &ipamv1alpha1.IPAMClaimList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw := &claimWatch{last: map[string]*ipamv1alpha1.IPAMClaim{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*ipamv1alpha1.IPAMClaim)
+			if !ok {
+				continue
+			}
+			cw.mu.Lock()
+			prev := cw.last[c.Name]
+			switch {
+			case ev.Type == watch.Deleted:
+				cw.deleted = append(cw.deleted, c.Name)
+			case c.DeletionTimestamp != nil && (prev == nil || prev.DeletionTimestamp == nil):
+				// Deleted, held only by a finalizer: the IP goes with it.
+				cw.deleted = append(cw.deleted, c.Name+" (deletionTimestamp set)")
+			case prev != nil && prev.UID != c.UID:
+				cw.changed = append(cw.changed, fmt.Sprintf("%s: UID %s -> %s", c.Name, prev.UID, c.UID))
+			case prev != nil && len(prev.Status.IPs) > 0 && !slices.Equal(prev.Status.IPs, c.Status.IPs):
+				cw.changed = append(cw.changed, fmt.Sprintf("%s: status.ips %v -> %v", c.Name, prev.Status.IPs, c.Status.IPs))
+			}
+			cw.last[c.Name] = c
+			cw.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	return cw
+}
+
+// check fails t on any deletion or change of status.ips or UID seen.
+func (cw *claimWatch) check(t *testing.T) {
+	t.Helper()
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if len(cw.deleted) > 0 || len(cw.changed) > 0 {
+		t.Fatalf("IPAMClaims deleted %q, changed %q", cw.deleted, cw.changed)
+	}
+}
+
+// The move from ipam-extensions (issue 44), first part: a VM whose claim
+// the real ipam-extensions created (spec.network only, spec.interface
+// empty, its own finalizer) and whose IP the CNI wrote keeps that claim
+// when kvnet takes over: same name, UID and status.ips, kvnet's finalizer
+// added, never deleted. ipam-extensions is stopped first (its webhook
+// configuration and process gone, its finalizer left on the claim).
+func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
+	ctx := context.Background()
+	ns := env.NewNamespace(t, nil)
+	network := "blue-" + ns
+	piPersistentNAD(t, ns, "blue", network)
+	// kvnet is not yet in charge of the namespace.
+	restore, err := env.SetConfig(testConfig + "excludedNamespaces: [kube-system, " + ns + "]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ie, err := framework.StartIPAMExtensions(ctx, env.Config, env.Client, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			ie.Stop()
+		}
+	})
+	cw := watchClaims(t, ns)
+	vm := piVmWithNetworks(ns, "vm1", [2]string{"blue", "blue"})
+	piCreateVM(t, vm)
+	vmi := piStartVMI(t, vm)
+	var made *ipamv1alpha1.IPAMClaim
+	piEventually(t, "ipam-extensions creates the claim", func() error {
+		c, err := piGetClaim(ns, "vm1.blue")
+		if err != nil {
+			return err
+		}
+		made = c
+		return nil
+	})
+	if made.Spec.Network != network || made.Spec.Interface != "" || !controllerutil.ContainsFinalizer(made, framework.IPAMExtensionsFinalizer) {
+		t.Fatalf("ipam-extensions' claim: spec %+v, finalizers %v; want network %s, no interface and its finalizer", made.Spec, made.Finalizers, network)
+	}
+	// The CNI (OVN-Kubernetes) writes the IP it allocated.
+	made.Status.IPs = []string{"10.100.0.40/24"}
+	if err := env.Client.Status().Update(ctx, made); err != nil {
+		t.Fatal(err)
+	}
+
+	// The move: ipam-extensions uninstalled, kvnet in charge; the VM's
+	// next launcher pod (its next start or migration) references the same
+	// claim, and kvnet takes the claim over.
+	ie.Stop()
+	stopped = true
+	restore()
+	pod := piStoredPod(t, piCreateLauncher(t, vmi))
+	if refs := piClaimRefs(t, pod); refs["blue"] != "vm1.blue" {
+		t.Fatalf("the launcher pod's claim references %v, want blue -> vm1.blue", refs)
+	}
+	piEventually(t, "kvnet adopts the claim", func() error {
+		cw.check(t)
+		c, err := piGetClaim(ns, "vm1.blue")
+		if err != nil {
+			return err
+		}
+		if c.UID != made.UID || !slices.Equal(c.Status.IPs, []string{"10.100.0.40/24"}) {
+			t.Fatalf("the claim is UID %s with status.ips %v, want ipam-extensions' %s with 10.100.0.40/24", c.UID, c.Status.IPs, made.UID)
+		}
+		if !controllerutil.ContainsFinalizer(c, persistentips.Finalizer) {
+			return fmt.Errorf("finalizers %v", c.Finalizers)
+		}
+		return nil
+	})
+	cw.check(t)
+}
