@@ -9,6 +9,7 @@ import (
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"k8s.io/apimachinery/pkg/watch"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -23,6 +24,7 @@ import (
 // must never make.
 type claimWatch struct {
 	mu      sync.Mutex
+	ownerGo bool // the VM is being deleted: its claims may lose their finalizers
 	deleted []string
 	changed []string
 	last    map[string]*ipamv1alpha1.IPAMClaim
@@ -60,6 +62,10 @@ func watchClaims(t *testing.T, ns string) *claimWatch {
 				cw.changed = append(cw.changed, fmt.Sprintf("%s: UID %s -> %s", c.Name, prev.UID, c.UID))
 			case prev != nil && len(prev.Status.IPs) > 0 && !slices.Equal(prev.Status.IPs, c.Status.IPs):
 				cw.changed = append(cw.changed, fmt.Sprintf("%s: status.ips %v -> %v", c.Name, prev.Status.IPs, c.Status.IPs))
+			case !cw.ownerGo && prev != nil && c.DeletionTimestamp == nil && len(prev.Finalizers) > 0 && len(c.Finalizers) == 0:
+				// Neither ipam-extensions' nor kvnet's finalizer holds a
+				// claim whose VM is still there.
+				cw.changed = append(cw.changed, fmt.Sprintf("%s: finalizers %v -> none", c.Name, prev.Finalizers))
 			}
 			cw.last[c.Name] = c
 			cw.mu.Unlock()
@@ -83,8 +89,10 @@ func (cw *claimWatch) check(t *testing.T) {
 // the real ipam-extensions created (spec.network only, spec.interface
 // empty, its own finalizer) and whose IP the CNI wrote keeps that claim
 // when kvnet takes over: same name, UID and status.ips, kvnet's finalizer
-// added, never deleted. ipam-extensions is stopped first (its webhook
-// configuration and process gone, its finalizer left on the claim).
+// added and, once ipam-extensions is gone, its finalizer removed (never
+// before kvnet's is on), never deleted. ipam-extensions is stopped first
+// (its webhook configuration and process gone, its finalizer left on the
+// claim). Deleting the VM afterwards frees the claim.
 func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	ctx := context.Background()
 	ns := env.NewNamespace(t, nil)
@@ -146,7 +154,36 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 		if c.UID != made.UID || !slices.Equal(c.Status.IPs, []string{"10.100.0.40/24"}) {
 			t.Fatalf("the claim is UID %s with status.ips %v, want ipam-extensions' %s with 10.100.0.40/24", c.UID, c.Status.IPs, made.UID)
 		}
-		if !controllerutil.ContainsFinalizer(c, persistentips.Finalizer) {
+		if !slices.Equal(c.Finalizers, []string{persistentips.Finalizer}) {
+			return fmt.Errorf("finalizers %v, want kvnet's alone once ipam-extensions is gone", c.Finalizers)
+		}
+		return nil
+	})
+	if n := env.Logs.Count("took over an IPAMClaim from ipam-extensions, which is no longer installed: removed its finalizer, kvnet's holds the claim", "claim", "vm1.blue"); n != 1 {
+		t.Errorf("%d log lines say the claim was taken over, want 1", n)
+	}
+
+	// Deleting the VM frees its claim: no finalizer is left on it (the
+	// garbage collector, which envtest does not run, then deletes it by
+	// its owner reference).
+	cw.check(t)
+	cw.mu.Lock()
+	cw.ownerGo = true
+	cw.mu.Unlock()
+	piDeleteAndWait(t, vmi)
+	var cur kubevirtv1.VirtualMachine
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), &cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, &cur); err != nil {
+		t.Fatal(err)
+	}
+	piEventually(t, "the claim freed", func() error {
+		c, err := piGetClaim(ns, "vm1.blue")
+		if err != nil {
+			return err
+		}
+		if len(c.Finalizers) > 0 {
 			return fmt.Errorf("finalizers %v", c.Finalizers)
 		}
 		return nil

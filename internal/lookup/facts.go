@@ -55,6 +55,10 @@ type Facts interface {
 	// pod with podLabels in namespace, or "" when none is registered for
 	// it (peers.ResourceInjectorFor).
 	ResourceInjector(ctx context.Context, namespace string, podLabels map[string]string) (string, error)
+	// IPAMExtensions names the kubevirt/ipam-extensions webhook
+	// ("configuration/webhook") registered in the cluster, or ""
+	// (peers.IPAMExtensionsIn).
+	IPAMExtensions(ctx context.Context) (string, error)
 }
 
 // Reader answers from a controller-runtime reader, normally the manager's
@@ -255,6 +259,16 @@ func (r *Reader) ResourceInjector(ctx context.Context, namespace string, podLabe
 	return peers.ResourceInjectorFor(list.Items, namespace, nsLabels, podLabels), nil
 }
 
+// IPAMExtensions implements Facts from the MutatingWebhookConfiguration
+// informer.
+func (r *Reader) IPAMExtensions(ctx context.Context) (string, error) {
+	var list admissionregv1.MutatingWebhookConfigurationList
+	if err := r.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return "", fmt.Errorf("listing MutatingWebhookConfigurations: %w", err)
+	}
+	return peers.IPAMExtensionsIn(list.Items), nil
+}
+
 // mayBeResourceInjector spares the namespace lookup (and the sort) on the
 // common path, a cluster without network-resources-injector.
 func mayBeResourceInjector(c admissionregv1.MutatingWebhookConfiguration) bool {
@@ -333,6 +347,11 @@ func (s *Snapshot) MigrationHolders(_ context.Context, role migrationid.Role, id
 // ResourceInjector implements Facts.
 func (s *Snapshot) ResourceInjector(_ context.Context, namespace string, podLabels map[string]string) (string, error) {
 	return peers.ResourceInjectorFor(s.Webhooks, namespace, s.Namespaces[namespace], podLabels), nil
+}
+
+// IPAMExtensions implements Facts.
+func (s *Snapshot) IPAMExtensions(context.Context) (string, error) {
+	return peers.IPAMExtensionsIn(s.Webhooks), nil
 }
 
 // KubeVirt implements Facts.

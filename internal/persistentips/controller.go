@@ -28,6 +28,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
@@ -370,6 +371,9 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 			// (and the IP) until the VM goes.
 			return 0, nil
 		}
+		if controllerutil.ContainsFinalizer(&cur, Finalizer) && controllerutil.ContainsFinalizer(&cur, peers.IPAMExtensionsFinalizer) {
+			return 0, r.takeOver(ctx, &cur)
+		}
 		base := cur.DeepCopy()
 		changed := controllerutil.AddFinalizer(&cur, Finalizer)
 		if v := vmLabelValue(o.Name); v != "" && cur.Labels[VMLabel] != v {
@@ -395,6 +399,27 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 		return waitForGC, nil
 	}
 	return 0, r.conflict(ctx, ownerObj, o, w, &cur)
+}
+
+// takeOver removes kubevirt/ipam-extensions' finalizer from a claim kvnet
+// has adopted (its own finalizer is on, added by an earlier write) once
+// ipam-extensions is uninstalled (its webhook gone): nobody else would
+// ever remove it, and the claim, with its IP, would outlive its VM. While
+// ipam-extensions is registered, its finalizer is its own to remove.
+func (r *Reconciler) takeOver(ctx context.Context, c *ipamv1alpha1.IPAMClaim) error {
+	registered, err := r.Facts.IPAMExtensions(ctx)
+	if err != nil || registered != "" {
+		return err
+	}
+	base := c.DeepCopy()
+	controllerutil.RemoveFinalizer(c, peers.IPAMExtensionsFinalizer)
+	if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("removing ipam-extensions' finalizer from IPAMClaim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	claimsTakenOver.Inc()
+	logf.FromContext(ctx).Info("took over an IPAMClaim from ipam-extensions, which is no longer installed: removed its finalizer, kvnet's holds the claim",
+		"claim", c.Name, "finalizer", peers.IPAMExtensionsFinalizer, "ips", c.Status.IPs)
+	return nil
 }
 
 // replace deletes an own claim that no longer matches the network it is

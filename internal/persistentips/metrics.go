@@ -38,6 +38,10 @@ var (
 		Name: "kvnet_persistentips_claim_conflicts_total",
 		Help: "Times kvnet found the IPAMClaim it wanted already controlled by another object and did not adopt it.",
 	})
+	claimsTakenOver = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvnet_persistentips_claims_taken_over_total",
+		Help: "IPAMClaims made by kubevirt/ipam-extensions that kvnet adopted in place and whose kubevirt.io/persistent-ipam finalizer it removed once ipam-extensions was no longer installed (its webhook gone).",
+	})
 	identitiesReceived = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvnet_persistentips_identities_received_total",
 		Help: "Network identities of cross-cluster migrations a peer sent, by outcome: accepted (written into the receiving VM's claims) or why they were refused (target-pod-exists, network-name, outside-subnets, ip-held, claim-conflict).",
@@ -54,7 +58,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	for _, o := range []string{OutcomeAccepted, ReasonLate, ReasonNetworkName, ReasonOutsideSubnets, ReasonHeld, ReasonClaim} {
 		identitiesReceived.WithLabelValues(o)
 	}
-	return metrics.Register(reg, claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts, identitiesReceived)
+	return metrics.Register(reg, claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts, identitiesReceived, claimsTakenOver)
 }
 
 // leakTracker sums, over all owners, the claims that are held but unused,

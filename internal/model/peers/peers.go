@@ -30,6 +30,34 @@ var ResourceInjectorWebhooks = []string{
 	"network-resources-injector-config.k8s.io",
 }
 
+// IPAMExtensions is kubevirt/ipam-extensions' name in kvnet's metrics,
+// logs and kvnet.io/mutations.
+const IPAMExtensions = "ipam-extensions"
+
+// IPAMExtensionsWebhook is the launcher-pod webhook ipam-extensions
+// registers (config/webhook at edb24de), whatever its configuration is
+// called; IPAMExtensionsFinalizer the finalizer it puts on the claims it
+// creates (pkg/claims).
+const (
+	IPAMExtensionsWebhook   = "ipam-claims.k8s.cni.cncf.io"
+	IPAMExtensionsFinalizer = "kubevirt.io/persistent-ipam"
+)
+
+// IPAMExtensionsIn names ("configuration/webhook") the ipam-extensions
+// webhook registered for pod CREATE among configs, or "" when there is
+// none: with it gone, ipam-extensions is uninstalled (its controllers go
+// with it), and nobody else removes its finalizer from the claims it made.
+func IPAMExtensionsIn(configs []admissionregv1.MutatingWebhookConfiguration) string {
+	for i := range configs {
+		for j := range configs[i].Webhooks {
+			if wh := &configs[i].Webhooks[j]; wh.Name == IPAMExtensionsWebhook && coversPodCreate(wh.Rules) {
+				return configs[i].Name + "/" + wh.Name
+			}
+		}
+	}
+	return ""
+}
+
 // ResourceInjectorFor names the configuration (and its webhook, as
 // "configuration/webhook") of a network-resources-injector that the API
 // server calls for the CREATE of a pod with podLabels in a namespace with

@@ -41,3 +41,30 @@ func TestResourceInjectorFor(t *testing.T) {
 		})
 	}
 }
+
+// ipam-extensions is known by its webhook's name, in a configuration of
+// any name, when the webhook covers pod CREATE.
+func TestIPAMExtensionsIn(t *testing.T) {
+	podCreate := []admissionregv1.RuleWithOperations{rule([]admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update}, []string{""}, []string{"v1"}, []string{"pods"})}
+	for name, c := range map[string]struct {
+		configs []admissionregv1.MutatingWebhookConfiguration
+		want    string
+	}{
+		"none": {},
+		"as config/default renders it": {configs: []admissionregv1.MutatingWebhookConfiguration{
+			{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-ipam-controller-mutating-webhook-configuration"}, Webhooks: []admissionregv1.MutatingWebhook{{Name: IPAMExtensionsWebhook, Rules: podCreate}}},
+		}, want: "kubevirt-ipam-controller-mutating-webhook-configuration/" + IPAMExtensionsWebhook},
+		"renamed configuration, after another": {configs: []admissionregv1.MutatingWebhookConfiguration{
+			{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Webhooks: []admissionregv1.MutatingWebhook{{Name: "other.example.com", Rules: podCreate}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "zz-ipam"}, Webhooks: []admissionregv1.MutatingWebhook{{Name: IPAMExtensionsWebhook, Rules: podCreate}}},
+		}, want: "zz-ipam/" + IPAMExtensionsWebhook},
+		"the name on another kind": {configs: []admissionregv1.MutatingWebhookConfiguration{
+			{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Webhooks: []admissionregv1.MutatingWebhook{{Name: IPAMExtensionsWebhook,
+				Rules: []admissionregv1.RuleWithOperations{rule([]admissionregv1.OperationType{admissionregv1.Create}, []string{"apps"}, []string{"v1"}, []string{"deployments"})}}}},
+		}},
+	} {
+		if got := IPAMExtensionsIn(c.configs); got != c.want {
+			t.Errorf("%s: got %q, want %q", name, got, c.want)
+		}
+	}
+}
