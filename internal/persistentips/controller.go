@@ -28,8 +28,8 @@ import (
 
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
-	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/model/netattach"
+	"github.com/kvnet/kvnet/internal/model/peers"
 )
 
 // KubeVirt's launcher-pod metadata (which VMI a pod runs), the cache
