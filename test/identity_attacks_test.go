@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"strings"
@@ -79,6 +80,46 @@ func editor(t *testing.T, cfg *rest.Config, c client.Client, ns string) client.C
 		t.Fatal(err)
 	}
 	return out
+}
+
+// startSourceProxy runs the source cluster's `kvnet proxy` on cfg, with
+// certificate cert, offering identities to the target it; n picks its
+// loopback address (127.0.0.n).
+func startSourceProxy(t *testing.T, cfg *rest.Config, it *identityTarget, cert tls.Certificate, n int) {
+	t.Helper()
+	mgr, err := app.NewProxyManager(cfg, app.ProxyOptions{
+		AdvertiseAddress: loopbackAddr(t, n), Cert: cert, Peers: []*proxy.Peer{it.hop}, SendIdentities: true,
+		MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startProxy(t, mgr)
+}
+
+// waitRefusedAtTarget waits until the target has counted reason more
+// than before times.
+func waitRefusedAtTarget(t *testing.T, what string, reason proxy.Refusal, before float64) {
+	t.Helper()
+	proxyEventually(t, what, func() error {
+		if d := refusedCount(t, "target", reason) - before; d < 1 {
+			return fmt.Errorf("kvnet_proxy_refused_total{side=target,reason=%s} rose by %v", reason, d)
+		}
+		return nil
+	})
+}
+
+// heldClaim creates, in ns of the target cluster, a claim on network
+// that holds ip, as another VM's claim would (no owner or finalizer).
+func heldClaim(t *testing.T, ns, network, ip string) {
+	t.Helper()
+	c := persistentips.NewClaim(persistentips.Owner{Kind: "VirtualMachine", Namespace: ns, Name: "app", UID: "uid-app"}, "blue", network)
+	c.OwnerReferences, c.Finalizers = nil, nil
+	mustCreate(t, env.Client, c)
+	c.Status.IPs = []string{ip}
+	if err := env.Client.Status().Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // send creates, as user c, the sending VMIM of VM ns/name in the source
@@ -191,14 +232,7 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 	src.vm(t, tenantA, "evil", "10.100.0.66/24", "02:6b:76:01:00:66")
 	src.vm(t, tenantA, "sly", "10.100.0.67/24", "02:6b:76:01:00:67")
 	owner, attackerA := editor(t, src.Config, src.Client, victim), editor(t, src.Config, src.Client, tenantA)
-	mgr, err := app.NewProxyManager(src.Config, app.ProxyOptions{
-		AdvertiseAddress: loopbackAddr(t, 7), Cert: it.fromA.Cert, Peers: []*proxy.Peer{it.hop}, SendIdentities: true,
-		MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	startProxy(t, mgr)
+	startSourceProxy(t, src.Config, it, it.fromA.Cert, 7)
 	offered := func(outcome string) float64 {
 		return metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": outcome})
 	}
@@ -234,12 +268,7 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 		}
 		return nil
 	})
-	proxyEventually(t, "the tenant's identity naming its own VM not found", func() error {
-		if d := refusedCount(t, "target", proxy.RefusedUnknownMigration) - notFound; d < 1 {
-			return fmt.Errorf("kvnet_proxy_refused_total{side=target,reason=%s} rose by %v", proxy.RefusedUnknownMigration, d)
-		}
-		return nil
-	})
+	waitRefusedAtTarget(t, "the tenant's identity naming its own VM not found", proxy.RefusedUnknownMigration, notFound)
 	if after, _ := piGetClaim(victim, "vm1.blue"); after.ResourceVersion != claim1.ResourceVersion || len(after.Status.IPs) != 0 {
 		t.Fatalf("the victim's claim changed under attack 2: status.ips %v, annotations %v", after.Status.IPs, after.Annotations)
 	}
@@ -262,12 +291,7 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 	env.WaitCached(t, &kubevirtv1.VirtualMachineInstanceMigration{}, client.ObjectKeyFromObject(tvmim))
 	notFound = refusedCount(t, "target", proxy.RefusedUnknownMigration)
 	send(t, owner, victim, "vm2", id2, nil)
-	proxyEventually(t, "the victim's identity for vm2 not found while only the tenant's VMIM holds its ID", func() error {
-		if d := refusedCount(t, "target", proxy.RefusedUnknownMigration) - notFound; d < 1 {
-			return fmt.Errorf("kvnet_proxy_refused_total{side=target,reason=%s} rose by %v", proxy.RefusedUnknownMigration, d)
-		}
-		return nil
-	})
+	waitRefusedAtTarget(t, "the victim's identity for vm2 not found while only the tenant's VMIM holds its ID", proxy.RefusedUnknownMigration, notFound)
 	if after, _ := piGetClaim(tenantB, "vm2.blue"); after.ResourceVersion != tclaim.ResourceVersion || len(after.Status.IPs) != 0 {
 		t.Fatalf("the tenant's claim took something: status.ips %v, annotations %v", after.Status.IPs, after.Annotations)
 	}

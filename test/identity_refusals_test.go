@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/persistentips"
@@ -82,30 +80,13 @@ func TestIdentityRefusalsThroughBothProxies(t *testing.T) {
 	t.Cleanup(c.Stop)
 	src := &sourceCluster{Cluster: c, network: it.network}
 	mustCreate(t, src.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	startSource := func(cert tls.Certificate, n int) {
-		mgr, err := app.NewProxyManager(src.Config, app.ProxyOptions{
-			AdvertiseAddress: loopbackAddr(t, n), Cert: cert, Peers: []*proxy.Peer{it.hop}, SendIdentities: true,
-			MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
-			LeaderElect: false,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		startProxy(t, mgr)
-	}
-	startSource(it.fromA.Cert, 8)
+	startSourceProxy(t, src.Config, it, it.fromA.Cert, 8)
 
 	// What holds addresses and MACs in the target: a claim and a pod of
 	// another namespace on blue's network, a VMI there with a MAC.
 	other := env.NewNamespace(t, nil)
 	piPersistentNAD(t, other, "blue", it.network)
-	holder := persistentips.NewClaim(persistentips.Owner{Kind: "VirtualMachine", Namespace: other, Name: "app", UID: "uid-app"}, "blue", it.network)
-	holder.OwnerReferences, holder.Finalizers = nil, nil
-	mustCreate(t, env.Client, holder)
-	holder.Status.IPs = []string{"10.100.0.7/24"}
-	if err := env.Client.Status().Update(ctx, holder); err != nil {
-		t.Fatal(err)
-	}
+	heldClaim(t, other, it.network, "10.100.0.7/24")
 	mustCreate(t, env.Client, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "web", Annotations: map[string]string{
 			multus.NetworksAnnotation:      other + "/blue",
@@ -269,7 +250,7 @@ func TestIdentityRefusalsThroughBothProxies(t *testing.T) {
 	// the migration is bound to, offers the same VM's identity again.
 	before := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": proxy.RefusedOtherPeer.String()})
 	logs := refusedLogs(proxy.RefusedOtherPeer)
-	startSource(it.fromC.Cert, 9)
+	startSourceProxy(t, src.Config, it, it.fromC.Cert, 9)
 	piEventually(t, "the unbound third proxy's offer refused as another peer's", func() error {
 		if d := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": proxy.RefusedOtherPeer.String()}) - before; d < 1 {
 			return fmt.Errorf("kvnet_proxy_identities_offered_total{outcome=%s} rose by %v", proxy.RefusedOtherPeer, d)

@@ -195,13 +195,7 @@ func TestIdentityTargetSide(t *testing.T) {
 	// Held in the target: a claim of another VM on the same network (in
 	// another namespace), and a pod whose network-status has an address.
 	other := env.NewNamespace(t, nil)
-	foreign := persistentips.NewClaim(persistentips.Owner{Kind: "VirtualMachine", Namespace: other, Name: "app", UID: "uid-app"}, "blue", it.network)
-	foreign.OwnerReferences, foreign.Finalizers = nil, nil
-	mustCreate(t, env.Client, foreign)
-	foreign.Status.IPs = []string{"10.100.0.7/24"}
-	if err := env.Client.Status().Update(ctx, foreign); err != nil {
-		t.Fatal(err)
-	}
+	heldClaim(t, other, it.network, "10.100.0.7/24")
 	piPersistentNAD(t, other, "blue", it.network)
 	web := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "web", Annotations: map[string]string{
@@ -339,14 +333,7 @@ func TestIdentityAcrossClusters(t *testing.T) {
 	if err := src.Client.Status().Update(ctx, claim); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := app.NewProxyManager(src.Config, app.ProxyOptions{
-		AdvertiseAddress: loopbackAddr(t, 7), Cert: it.fromA.Cert, Peers: []*proxy.Peer{it.hop}, SendIdentities: true,
-		MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	startProxy(t, mgr)
+	startSourceProxy(t, src.Config, it, it.fromA.Cert, 7)
 	offered := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": "accepted"})
 	mustCreate(t, src.Client, &kubevirtv1.VirtualMachineInstanceMigration{
 		ObjectMeta: metav1.ObjectMeta{Namespace: it.ns, Name: "vm1-out"},
