@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,19 +87,22 @@ func (cw *claimWatch) check(t *testing.T) {
 	}
 }
 
-// The move from ipam-extensions (issue 44), first part: a VM whose claim
-// the real ipam-extensions created (spec.network only, spec.interface
-// empty, its own finalizer) and whose IP the CNI wrote keeps that claim
-// when kvnet takes over: same name, UID and status.ips, kvnet's finalizer
-// added and, once ipam-extensions is gone, its finalizer removed (never
-// before kvnet's is on), never deleted. ipam-extensions is stopped first
-// (its webhook configuration and process gone, its finalizer left on the
-// claim). Deleting the VM afterwards frees the claim.
+// The move from ipam-extensions (issue 44): a VM whose two claims the real
+// ipam-extensions created (spec.network only, spec.interface empty, its
+// own finalizer), whose IPs the CNI wrote and whose launcher pod its
+// webhook referenced, keeps those claims when kvnet takes over: same
+// names, UIDs and status.ips, kvnet's finalizer added and, once
+// ipam-extensions is gone, its finalizer removed (never before kvnet's is
+// on), never deleted. ipam-extensions is stopped first (its webhook
+// configuration and process gone, its finalizer left on the claims). The
+// VM is stopped and started, then live-migrated, and each new launcher pod
+// references the same claims. Deleting the VM afterwards frees them.
 func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	ctx := context.Background()
 	ns := env.NewNamespace(t, nil)
-	network := "blue-" + ns
-	piPersistentNAD(t, ns, "blue", network)
+	networks := map[string]string{"vm1.blue": "blue-" + ns, "vm1.green": "green-" + ns}
+	piPersistentNAD(t, ns, "blue", networks["vm1.blue"])
+	piPersistentNAD(t, ns, "green", networks["vm1.green"])
 	// kvnet is not yet in charge of the namespace.
 	restore, err := env.SetConfig(testConfig + "excludedNamespaces: [kube-system, " + ns + "]\n")
 	if err != nil {
@@ -114,53 +119,75 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 		}
 	})
 	cw := watchClaims(t, ns)
-	vm := piVmWithNetworks(ns, "vm1", [2]string{"blue", "blue"})
+	vm := piVmWithNetworks(ns, "vm1", [2]string{"blue", "blue"}, [2]string{"green", "green"})
 	piCreateVM(t, vm)
 	vmi := piStartVMI(t, vm)
-	var made *ipamv1alpha1.IPAMClaim
-	piEventually(t, "ipam-extensions creates the claim", func() error {
-		c, err := piGetClaim(ns, "vm1.blue")
-		if err != nil {
-			return err
+	made := map[string]*ipamv1alpha1.IPAMClaim{}
+	ips := map[string][]string{"vm1.blue": {"10.100.0.40/24"}, "vm1.green": {"10.100.0.41/24"}}
+	for name := range ips {
+		piEventually(t, "ipam-extensions creates claim "+name, func() error {
+			c, err := piGetClaim(ns, name)
+			if err != nil {
+				return err
+			}
+			made[name] = c
+			return nil
+		})
+		c := made[name]
+		if c.Spec.Network != networks[name] || c.Spec.Interface != "" || !controllerutil.ContainsFinalizer(c, framework.IPAMExtensionsFinalizer) {
+			t.Fatalf("ipam-extensions' claim %s: spec %+v, finalizers %v; want network %s, no interface and its finalizer", name, c.Spec, c.Finalizers, networks[name])
 		}
-		made = c
-		return nil
-	})
-	if made.Spec.Network != network || made.Spec.Interface != "" || !controllerutil.ContainsFinalizer(made, framework.IPAMExtensionsFinalizer) {
-		t.Fatalf("ipam-extensions' claim: spec %+v, finalizers %v; want network %s, no interface and its finalizer", made.Spec, made.Finalizers, network)
+		// The CNI (OVN-Kubernetes) writes the IP it allocated.
+		c.Status.IPs = ips[name]
+		if err := env.Client.Status().Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// The CNI (OVN-Kubernetes) writes the IP it allocated.
-	made.Status.IPs = []string{"10.100.0.40/24"}
-	if err := env.Client.Status().Update(ctx, made); err != nil {
-		t.Fatal(err)
+	// ipam-extensions' webhook references its claims on the VM's pod.
+	running := piStoredPod(t, piCreateLauncher(t, vmi))
+	if refs := piClaimRefs(t, running); refs["blue"] != "vm1.blue" || refs["green"] != "vm1.green" {
+		t.Fatalf("the launcher pod under ipam-extensions references %v", refs)
 	}
 
-	// The move: ipam-extensions uninstalled, kvnet in charge; the VM's
-	// next launcher pod (its next start or migration) references the same
-	// claim, and kvnet takes the claim over.
+	// The move: ipam-extensions uninstalled, kvnet in charge. The VM is
+	// stopped and started, then live-migrated: each new launcher pod
+	// references the same claims, and kvnet takes the claims over.
 	ie.Stop()
 	stopped = true
 	restore()
-	pod := piStoredPod(t, piCreateLauncher(t, vmi))
-	if refs := piClaimRefs(t, pod); refs["blue"] != "vm1.blue" {
-		t.Fatalf("the launcher pod's claim references %v, want blue -> vm1.blue", refs)
+	piDeleteAndWait(t, running)
+	piDeleteAndWait(t, vmi)
+	vmi = piStartVMI(t, vm)
+	started := piStoredPod(t, piCreateLauncher(t, vmi))
+	local := &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1-drain"},
+		Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
+	mustCreate(t, env.Client, local)
+	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi))
+	target := targetPod(vmi, local)
+	mustCreate(t, env.Client, target)
+	for what, pod := range map[string]*corev1.Pod{"after a stop and start": started, "of a live migration": piStoredPod(t, target)} {
+		if refs := piClaimRefs(t, pod); refs["blue"] != "vm1.blue" || refs["green"] != "vm1.green" {
+			t.Fatalf("the launcher pod %s references %v, want the claims ipam-extensions made", what, refs)
+		}
 	}
-	piEventually(t, "kvnet adopts the claim", func() error {
-		cw.check(t)
-		c, err := piGetClaim(ns, "vm1.blue")
-		if err != nil {
-			return err
+	for name, want := range made {
+		piEventually(t, "kvnet adopts claim "+name, func() error {
+			cw.check(t)
+			c, err := piGetClaim(ns, name)
+			if err != nil {
+				return err
+			}
+			if c.UID != want.UID || !slices.Equal(c.Status.IPs, ips[name]) {
+				t.Fatalf("claim %s is UID %s with status.ips %v, want ipam-extensions' %s with %v", name, c.UID, c.Status.IPs, want.UID, ips[name])
+			}
+			if !slices.Equal(c.Finalizers, []string{persistentips.Finalizer}) {
+				return fmt.Errorf("finalizers %v, want kvnet's alone once ipam-extensions is gone", c.Finalizers)
+			}
+			return nil
+		})
+		if n := env.Logs.Count("took over an IPAMClaim from ipam-extensions, which is no longer installed: removed its finalizer, kvnet's holds the claim", "claim", name); n != 1 {
+			t.Errorf("%d log lines say claim %s was taken over, want 1", n, name)
 		}
-		if c.UID != made.UID || !slices.Equal(c.Status.IPs, []string{"10.100.0.40/24"}) {
-			t.Fatalf("the claim is UID %s with status.ips %v, want ipam-extensions' %s with 10.100.0.40/24", c.UID, c.Status.IPs, made.UID)
-		}
-		if !slices.Equal(c.Finalizers, []string{persistentips.Finalizer}) {
-			return fmt.Errorf("finalizers %v, want kvnet's alone once ipam-extensions is gone", c.Finalizers)
-		}
-		return nil
-	})
-	if n := env.Logs.Count("took over an IPAMClaim from ipam-extensions, which is no longer installed: removed its finalizer, kvnet's holds the claim", "claim", "vm1.blue"); n != 1 {
-		t.Errorf("%d log lines say the claim was taken over, want 1", n)
 	}
 
 	// Deleting the VM frees its claim: no finalizer is left on it (the
@@ -170,6 +197,8 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	cw.mu.Lock()
 	cw.ownerGo = true
 	cw.mu.Unlock()
+	piDeleteAndWait(t, target)
+	piDeleteAndWait(t, started)
 	piDeleteAndWait(t, vmi)
 	var cur kubevirtv1.VirtualMachine
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), &cur); err != nil {
@@ -178,15 +207,17 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	if err := env.Client.Delete(ctx, &cur); err != nil {
 		t.Fatal(err)
 	}
-	piEventually(t, "the claim freed", func() error {
-		c, err := piGetClaim(ns, "vm1.blue")
-		if err != nil {
-			return err
-		}
-		if len(c.Finalizers) > 0 {
-			return fmt.Errorf("finalizers %v", c.Finalizers)
-		}
-		return nil
-	})
+	for name := range made {
+		piEventually(t, "claim "+name+" freed", func() error {
+			c, err := piGetClaim(ns, name)
+			if err != nil {
+				return err
+			}
+			if len(c.Finalizers) > 0 {
+				return fmt.Errorf("finalizers %v", c.Finalizers)
+			}
+			return nil
+		})
+	}
 	cw.check(t)
 }
