@@ -156,6 +156,10 @@ func (failingFacts) ResourceInjector(context.Context, string, map[string]string)
 	return "", fmt.Errorf("listing MutatingWebhookConfigurations: %w", errors.New("cache not synced"))
 }
 
+func (failingFacts) IPAMExtensions(context.Context) (string, error) {
+	return "", fmt.Errorf("listing MutatingWebhookConfigurations: %w", errors.New("cache not synced"))
+}
+
 func TestLookupFailureIs500WithContext(t *testing.T) {
 	hs := webhook.NewHandlers(config.Static(exampleConfig(t)), failingFacts{}, app.Chains(app.Extensions{}))
 	vm := toJSON(t, `

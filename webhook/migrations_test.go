@@ -17,7 +17,9 @@ import (
 )
 
 // The VMIM webhook answers in the classes every kvnet webhook keeps apart:
-// a copied migration ID is the user's 422 naming the field, an
+// a migration ID already live in the namespace is the user's 422 naming
+// the field (one of another namespace is not counted, see
+// validators.MigrationIDs), an
 // undecodable object a 400, a cache that cannot answer kvnet's 500.
 func TestMigrationValidatorAnswers(t *testing.T) {
 	facts := exampleFacts(t)
@@ -28,7 +30,7 @@ func TestMigrationValidatorAnswers(t *testing.T) {
 	}}
 	cfg := config.Static(exampleConfig(t))
 	hs := webhook.NewHandlers(cfg, facts, app.Chains(app.Extensions{}))
-	copied := toJSON(t, `{metadata: {name: copy-in, namespace: tenant-a, annotations: {kvnet.io/skip: "true"}}, spec: {vmiName: vm1, receive: {migrationID: mig-victim}}}`)
+	copied := toJSON(t, `{metadata: {name: copy-in, namespace: victim, annotations: {kvnet.io/skip: "true"}}, spec: {vmiName: vm1, receive: {migrationID: mig-victim}}}`)
 	for name, c := range map[string]struct {
 		h    webhook.Handlers
 		op   admissionv1.Operation
@@ -37,6 +39,7 @@ func TestMigrationValidatorAnswers(t *testing.T) {
 	}{
 		"a copied ID, kvnet.io/skip notwithstanding": {h: hs, op: admissionv1.Create, obj: copied, code: http.StatusUnprocessableEntity},
 		"a fresh ID":                     {h: hs, op: admissionv1.Create, obj: toJSON(t, `{metadata: {name: new-in, namespace: tenant-a}, spec: {vmiName: vm1, receive: {migrationID: mig-new}}}`)},
+		"another namespace's ID":         {h: hs, op: admissionv1.Create, obj: toJSON(t, `{metadata: {name: copy-in, namespace: tenant-a}, spec: {vmiName: vm1, receive: {migrationID: mig-victim}}}`)},
 		"an excluded namespace":          {h: hs, op: admissionv1.Create, obj: toJSON(t, `{metadata: {name: copy-in, namespace: kvnet-system}, spec: {vmiName: vm1, receive: {migrationID: mig-victim}}}`)},
 		"an UPDATE (virt-api's to stop)": {h: hs, op: admissionv1.Update, obj: copied},
 		"undecodable":                    {h: hs, op: admissionv1.Create, obj: []byte(`{"spec": {"receive": {"migrationID": 7}}}`), code: http.StatusBadRequest},
@@ -61,8 +64,8 @@ func TestMigrationValidatorAnswers(t *testing.T) {
 					t.Fatalf("details %+v, want one cause on VirtualMachineInstanceMigration copy-in", d)
 				}
 				if cs := d.Causes[0]; cs.Field != "spec.receive.migrationID" || cs.Type != metav1.CauseTypeFieldValueInvalid ||
-					!strings.Contains(cs.Message, "already used by a live migration in another namespace") {
-					t.Errorf("cause %+v, want spec.receive.migrationID already used by a live migration in another namespace", cs)
+					!strings.Contains(cs.Message, "already used by live migration vm1-in") {
+					t.Errorf("cause %+v, want spec.receive.migrationID already used by live migration vm1-in", cs)
 				}
 			case http.StatusInternalServerError:
 				if !strings.Contains(resp.Result.Message, "spec.receive.migrationID") || !strings.Contains(resp.Result.Message, "cache not synced") {
