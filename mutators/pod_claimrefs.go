@@ -3,6 +3,7 @@ package mutators
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
@@ -82,18 +84,42 @@ func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		}
 		byIface, byOrdinal = interfaceIndex(vmi.Spec.Networks)
 	}
+	// Beside kubevirt/ipam-extensions, whose webhook references the same
+	// claims (by the same names) on the same pods, kvnet leaves the
+	// references to it rather than race it in either webhook order.
+	peer, err := req.Facts.IPAMExtensions(ctx)
+	if err != nil {
+		return err
+	}
 	owner := persistentips.OwnerOf(vmi)
 	changed := false
+	var left []string
 	for i, e := range elems {
 		net := matchNetwork(req.Namespace, e, vmi.Spec.Networks, byIface, byOrdinal)
 		if net == nil {
 			continue
 		}
-		ok, err := m.reference(ctx, req, owner, e, net)
-		if err != nil {
+		claim, err := m.claimFor(ctx, req, owner, e, net)
+		switch {
+		case err != nil:
 			return fmt.Errorf("%s element %d (%s): %w", multus.NetworksAnnotation, i, e.Name(), err)
+		case claim == "":
+		case peer != "":
+			left = append(left, net.Name)
+		case e.String(multus.KeyIPAMClaimReference) != claim:
+			e.SetString(multus.KeyIPAMClaimReference, claim)
+			changed = true
 		}
-		changed = changed || ok
+	}
+	if len(left) > 0 {
+		// Once per pod: the API server reinvokes kvnet after the peer
+		// changed the pod, and the record is there by then.
+		if !strings.Contains(pod.Annotations[chain.MutationsAnnotation], `"leftTo":"`+peers.IPAMExtensions+`"`) {
+			claimRefsLeft.WithLabelValues(peers.IPAMExtensions).Add(float64(len(left)))
+			logf.FromContext(ctx).Info("leaving the pod's IPAMClaim references to ipam-extensions, which is registered for it",
+				"namespace", req.Namespace, "pod", podName(pod), "webhook", peer, "networks", left)
+		}
+		req.RecordLeftTo(m.Name(), peers.IPAMExtensions, left...)
 	}
 	if !changed {
 		return nil
@@ -106,47 +132,47 @@ func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	return nil
 }
 
-// reference sets the claim reference on one element when its network has a
-// claim kvnet may use, and reports whether it changed the element.
-func (m ClaimRefs) reference(ctx context.Context, req *chain.PodRequest, owner persistentips.Owner, e *multus.Element, net *kubevirtv1.Network) (bool, error) {
+// claimFor is the claim one element should reference, when its network
+// has a claim kvnet may use and the element references no other (or ""):
+// the element may already reference it.
+func (m ClaimRefs) claimFor(ctx context.Context, req *chain.PodRequest, owner persistentips.Owner, e *multus.Element, net *kubevirtv1.Network) (string, error) {
 	ns, name, err := config.SplitNAD(net.Multus.NetworkName, req.Namespace)
 	if err != nil {
-		return false, nil // the VM validator reports malformed references
+		return "", nil // the VM validator reports malformed references
 	}
 	info, err := req.Facts.NAD(ctx, ns, name)
 	if err != nil {
-		return false, fmt.Errorf("reading the NAD of network %s: %w", net.Name, err)
+		return "", fmt.Errorf("reading the NAD of network %s: %w", net.Name, err)
 	}
 	if ok, why := persistentips.Claimable(info); !ok {
 		if why != "" {
 			// A missing NAD only costs its own network the reference.
 			logf.FromContext(ctx).V(1).Info("no IPAMClaim reference", "network", net.Name, "reason", why)
 		}
-		return false, nil
+		return "", nil
 	}
 	claim := persistentips.ClaimName(owner.Name, net.Name)
 	if cur := e.String(multus.KeyIPAMClaimReference); cur == claim {
-		return false, nil
+		return claim, nil
 	} else if cur != "" {
 		req.Warn("network %s already references IPAMClaim %q; kvnet leaves it instead of %q", net.Name, cur, claim)
-		return false, nil
+		return "", nil
 	}
 	if e.Has(multus.KeyIPs) {
 		req.Warn("network %s asks for fixed \"ips\"; kvnet does not add ipam-claim-reference %q (Multus refuses both on one element)", net.Name, claim)
-		return false, nil
+		return "", nil
 	}
 	var c ipamv1alpha1.IPAMClaim
 	switch err := m.Cache.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: claim}, &c); {
 	case apierrors.IsNotFound(err):
 		// Not created yet (or not cached yet): the controller will create it.
 	case err != nil:
-		return false, fmt.Errorf("reading IPAMClaim %s/%s: %w", req.Namespace, claim, err)
+		return "", fmt.Errorf("reading IPAMClaim %s/%s: %w", req.Namespace, claim, err)
 	case !owner.Owns(&c):
 		req.Warn("IPAMClaim %s is controlled by another object; network %s gets no persistent IP", claim, net.Name)
-		return false, nil
+		return "", nil
 	}
-	e.SetString(multus.KeyIPAMClaimReference, claim)
-	return true, nil
+	return claim, nil
 }
 
 // vmi reads the VMI from the cache, or from the API server when the cache

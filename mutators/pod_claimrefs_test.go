@@ -11,6 +11,7 @@ import (
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,7 @@ import (
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
@@ -346,5 +348,38 @@ func BenchmarkClaimRefs(b *testing.B) {
 		if err := m.MutatePod(ctx, req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Beside ipam-extensions (its webhook registered, under any configuration
+// name), kvnet references no claim itself and records which networks it
+// left to it, whether or not ipam-extensions has already referenced them.
+func TestClaimRefsLeftToIPAMExtensions(t *testing.T) {
+	ours := &ipamv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: crNS, Name: "web.blue", OwnerReferences: []metav1.OwnerReference{
+		persistentips.Owner{Kind: "VirtualMachine", Namespace: crNS, Name: "web", UID: crVMUID}.Ref(),
+	}}}
+	referenced := `[{"name":"blue","namespace":"tenant-a","interface":"` + persistentips.PodInterfaceName("blue") + `","ipam-claim-reference":"web.blue"},` +
+		`{"name":"red","namespace":"tenant-a","interface":"` + persistentips.PodInterfaceName("red") + `"}]`
+	for name, networks := range map[string]string{"kvnet first": crElems("blue", "red", "plain"), "ipam-extensions first (blue)": referenced} {
+		t.Run(name, func(t *testing.T) {
+			pod := crPod(networks)
+			req := crRequest(pod, nil)
+			facts := crFacts()
+			facts.Webhooks = []admissionregv1.MutatingWebhookConfiguration{{ObjectMeta: metav1.ObjectMeta{Name: "any-name"},
+				Webhooks: []admissionregv1.MutatingWebhook{{Name: peers.IPAMExtensionsWebhook, Rules: []admissionregv1.RuleWithOperations{{
+					Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
+					Rule:       admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}}}}}
+			req.Facts = facts
+			if err := (ClaimRefs{Cache: crClient(crVMI(), ours)}).MutatePod(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			if got := pod.Annotations[multus.NetworksAnnotation]; got != networks {
+				t.Errorf("kvnet changed the annotation beside ipam-extensions:\n got %s\nwant %s", got, networks)
+			}
+			want := []chain.Change{{Mutator: "claim-refs", LeftTo: peers.IPAMExtensions, Networks: []string{"blue", "red"}}}
+			if fmt.Sprint(req.Changes) != fmt.Sprint(want) {
+				t.Errorf("recorded %+v, want %+v", req.Changes, want)
+			}
+		})
 	}
 }

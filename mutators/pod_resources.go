@@ -35,12 +35,18 @@ var resourcesLeft = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Device-plugin resources of virt-launcher pods' Multus networks that kvnet left to a peer webhook registered for the pod (one per resource name and pod), by peer.",
 }, []string{"peer"})
 
+var claimRefsLeft = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "kvnet_launcher_claim_refs_left_to_peer_total",
+	Help: "IPAMClaim references of virt-launcher pods' Multus networks that kvnet left to a peer webhook registered in the cluster (one per network and pod), by peer.",
+}, []string{"peer"})
+
 // RegisterMetrics registers the mutators' metrics on reg. The series of
 // each known peer exists from start-up at 0, so that the first pod left to
 // it is an increase.
 func RegisterMetrics(reg prometheus.Registerer) error {
 	resourcesLeft.WithLabelValues(peers.ResourceInjector)
-	return metrics.Register(reg, resourcesAdded, resourcesLeft, targetPodsWaiting)
+	claimRefsLeft.WithLabelValues(peers.IPAMExtensions)
+	return metrics.Register(reg, resourcesAdded, resourcesLeft, claimRefsLeft, targetPodsWaiting)
 }
 
 // NetworkResources gives a virt-launcher pod the device-plugin resources of
