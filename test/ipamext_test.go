@@ -4,18 +4,22 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 )
@@ -108,7 +112,7 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ie, err := framework.StartIPAMExtensions(ctx, env.Config, env.Client, t.TempDir())
+	ie, err := framework.StartIPAMExtensions(ctx, env.Config, env.Client, t.TempDir(), framework.IPAMExtensionsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +230,113 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 		})
 	}
 	cw.check(t)
+}
+
+// Beside ipam-extensions (issue 44), in both webhook orders (the API
+// server calls configurations in name order: ipam-extensions' own name
+// sorts before "kvnet", "zz-..." after): a VM with two persistent-IP
+// networks gets each claim exactly once, with the VM as its one
+// controller, and its launcher pod one ipam-claim-reference per network,
+// which kvnet leaves to ipam-extensions and says so in kvnet.io/mutations,
+// kvnet_launcher_claim_refs_left_to_peer_total and one log line. Stop,
+// start and deletion finish, with no finalizer left on the claims.
+func TestBesideIPAMExtensions(t *testing.T) {
+	for _, order := range []struct{ name, configuration string }{
+		{"ipam-extensions first", framework.IPAMExtensionsConfiguration},
+		{"kvnet first", "zz-" + framework.IPAMExtensionsConfiguration},
+	} {
+		t.Run(order.name, func(t *testing.T) {
+			ctx := context.Background()
+			ns := env.NewNamespace(t, nil)
+			piPersistentNAD(t, ns, "blue", "blue-"+ns)
+			piPersistentNAD(t, ns, "green", "green-"+ns)
+			ie, err := framework.StartIPAMExtensions(ctx, env.Config, env.Client, t.TempDir(), framework.IPAMExtensionsOptions{ConfigurationName: order.configuration})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(ie.Stop)
+			piEventually(t, "kvnet's cache sees ipam-extensions' webhook", func() error {
+				var list admissionregv1.MutatingWebhookConfigurationList
+				if err := env.Manager.GetCache().List(ctx, &list); err != nil {
+					return err
+				}
+				for _, c := range list.Items {
+					if c.Name == order.configuration {
+						return nil
+					}
+				}
+				return fmt.Errorf("not yet")
+			})
+			cw := watchClaims(t, ns)
+			left := metricValue(t, "kvnet_launcher_claim_refs_left_to_peer_total", map[string]string{"peer": "ipam-extensions"})
+			vm := piVmWithNetworks(ns, "vm1", [2]string{"blue", "blue"}, [2]string{"green", "green"})
+			piCreateVM(t, vm)
+			vmi := piStartVMI(t, vm)
+			for _, name := range []string{"vm1.blue", "vm1.green"} {
+				piEventually(t, "claim "+name, func() error {
+					c, err := piGetClaim(ns, name)
+					if err != nil {
+						return err
+					}
+					if n := len(c.OwnerReferences); n != 1 || c.OwnerReferences[0].UID != vm.UID || !ptr.Deref(c.OwnerReferences[0].Controller, false) {
+						t.Fatalf("claim %s has owners %+v, want the VM alone as controller", name, c.OwnerReferences)
+					}
+					return nil
+				})
+			}
+			var claims ipamv1alpha1.IPAMClaimList
+			if err := env.Client.List(ctx, &claims, client.InNamespace(ns)); err != nil || len(claims.Items) != 2 {
+				t.Fatalf("%d claims in the namespace (%v), want 2", len(claims.Items), err)
+			}
+			for run := range 2 { // a start, then a stop and start
+				pod := piStoredPod(t, piCreateLauncher(t, vmi))
+				elems := piSelection(t, pod)
+				refs := 0
+				for _, e := range elems {
+					if _, ok := e["ipam-claim-reference"]; ok {
+						refs++
+					}
+				}
+				if r := piClaimRefs(t, pod); refs != 2 || r["blue"] != "vm1.blue" || r["green"] != "vm1.green" {
+					t.Fatalf("run %d: launcher pod elements %v, want one reference per network", run, elems)
+				}
+				if m := pod.Annotations[chain.MutationsAnnotation]; !strings.Contains(m, `"leftTo":"ipam-extensions"`) {
+					t.Errorf("run %d: kvnet.io/mutations %s does not say the references were left to ipam-extensions", run, m)
+				}
+				piDeleteAndWait(t, pod)
+				if run == 0 {
+					piDeleteAndWait(t, vmi)
+					vmi = piStartVMI(t, vm)
+				}
+			}
+			if d := metricValue(t, "kvnet_launcher_claim_refs_left_to_peer_total", map[string]string{"peer": "ipam-extensions"}) - left; d != 4 {
+				t.Errorf("kvnet_launcher_claim_refs_left_to_peer_total{peer=ipam-extensions} rose by %v, want 4 (two networks, two pods)", d)
+			}
+			cw.check(t)
+			cw.mu.Lock()
+			cw.ownerGo = true
+			cw.mu.Unlock()
+			piDeleteAndWait(t, vmi)
+			var cur kubevirtv1.VirtualMachine
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), &cur); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.Client.Delete(ctx, &cur); err != nil {
+				t.Fatal(err)
+			}
+			piDropFinalizer(vm)
+			for _, name := range []string{"vm1.blue", "vm1.green"} {
+				piEventually(t, "claim "+name+" freed", func() error {
+					c, err := piGetClaim(ns, name)
+					if err != nil {
+						return client.IgnoreNotFound(err)
+					}
+					if len(c.Finalizers) > 0 {
+						return fmt.Errorf("finalizers %v", c.Finalizers)
+					}
+					return nil
+				})
+			}
+		})
+	}
 }

@@ -60,10 +60,20 @@ func PeersDir() string {
 // controllers that create IPAMClaims, and its launcher-pod webhook that
 // adds ipam-claim-reference) running against a test control plane.
 type IPAMExtensions struct {
-	client client.Client
-	proc   *process
+	client        client.Client
+	configuration string
+	proc          *process
 	// LogPath is the process's log.
 	LogPath string
+}
+
+// IPAMExtensionsOptions change how StartIPAMExtensions installs it.
+type IPAMExtensionsOptions struct {
+	// ConfigurationName names its MutatingWebhookConfiguration (default
+	// IPAMExtensionsConfiguration). The API server calls configurations in
+	// name order, so the name sets which of it and kvnet ("kvnet") comes
+	// first.
+	ConfigurationName string
 }
 
 // StartIPAMExtensions runs ipam-extensions as its Deployment does: under
@@ -76,7 +86,10 @@ type IPAMExtensions struct {
 // the lease outside a pod; one replica needs none), and its kubeconfig
 // holds a token of its ServiceAccount. dir receives the certificates,
 // kubeconfig and log. A missing binary is an error naming make peers.
-func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client, dir string) (_ *IPAMExtensions, err error) {
+func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client, dir string, o IPAMExtensionsOptions) (_ *IPAMExtensions, err error) {
+	if o.ConfigurationName == "" {
+		o.ConfigurationName = IPAMExtensionsConfiguration
+	}
 	bin := filepath.Join(PeersDir(), "ipam-extensions")
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("ipam-extensions (%s) not found at %s: run `make peers` (hack/peers.sh unpacks it from ../shared/peers)", IPAMExtensionsCommit[:7], bin)
@@ -114,7 +127,7 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 	if err != nil {
 		return nil, err
 	}
-	ie := &IPAMExtensions{client: c, LogPath: filepath.Join(dir, "ipam-extensions.log")}
+	ie := &IPAMExtensions{client: c, configuration: o.ConfigurationName, LogPath: filepath.Join(dir, "ipam-extensions.log")}
 	ie.proc, err = startProcess("ipam-extensions", []string{bin,
 		"--certificates-dir", certDir,
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe),
@@ -139,7 +152,7 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 	}); err != nil {
 		return nil, fmt.Errorf("ipam-extensions' webhook server never listened; its log:\n%s", ie.proc.tail(40))
 	}
-	if err := c.Create(ctx, ipamExtensionsWebhookConfiguration(ca.certPEM)); err != nil {
+	if err := c.Create(ctx, ipamExtensionsWebhookConfiguration(o.ConfigurationName, ca.certPEM)); err != nil {
 		return nil, fmt.Errorf("registering ipam-extensions' webhook: %w", err)
 	}
 	return ie, nil
@@ -150,7 +163,7 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 // put on claims stay, as after an uninstall that deletes its Deployment
 // and webhook.
 func (ie *IPAMExtensions) Stop() {
-	_ = ie.client.Delete(context.Background(), &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: IPAMExtensionsConfiguration}})
+	_ = ie.client.Delete(context.Background(), &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: ie.configuration}})
 	ie.proc.stop()
 }
 
@@ -159,10 +172,10 @@ func (ie *IPAMExtensions) Tail(lines int) string { return ie.proc.tail(lines) }
 
 // ipamExtensionsWebhookConfiguration is config/webhook/manifests.yaml
 // after config/default's patches, pointed at the process by URL.
-func ipamExtensionsWebhookConfiguration(caPEM []byte) *admissionregv1.MutatingWebhookConfiguration {
+func ipamExtensionsWebhookConfiguration(name string, caPEM []byte) *admissionregv1.MutatingWebhookConfiguration {
 	url := fmt.Sprintf("https://127.0.0.1:%d/mutate-v1-pod", ipamExtensionsWebhookPort)
 	return &admissionregv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: IPAMExtensionsConfiguration, Labels: map[string]string{"app": "ipam-virt-workloads"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "ipam-virt-workloads"}},
 		Webhooks: []admissionregv1.MutatingWebhook{{
 			Name:                    IPAMExtensionsWebhook,
 			AdmissionReviewVersions: []string{"v1"},
