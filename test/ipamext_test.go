@@ -240,12 +240,15 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 // which kvnet leaves to ipam-extensions and says so in kvnet.io/mutations,
 // kvnet_launcher_claim_refs_left_to_peer_total and one log line. Stop,
 // start and deletion finish, with no finalizer left on the claims.
+//
+// docs/peers.md's ipam-extensions table is what this test saw.
 func TestBesideIPAMExtensions(t *testing.T) {
+	var rows []string
 	for _, order := range []struct{ name, configuration string }{
-		{"ipam-extensions first", framework.IPAMExtensionsConfiguration},
-		{"kvnet first", "zz-" + framework.IPAMExtensionsConfiguration},
+		{"ipam-extensions, then kvnet", framework.IPAMExtensionsConfiguration},
+		{"kvnet, then ipam-extensions", "zz-" + framework.IPAMExtensionsConfiguration},
 	} {
-		t.Run(order.name, func(t *testing.T) {
+		t.Run(strings.ReplaceAll(order.name, ",", ""), func(t *testing.T) {
 			ctx := context.Background()
 			ns := env.NewNamespace(t, nil)
 			piPersistentNAD(t, ns, "blue", "blue-"+ns)
@@ -288,6 +291,14 @@ func TestBesideIPAMExtensions(t *testing.T) {
 			if err := env.Client.List(ctx, &claims, client.InNamespace(ns)); err != nil || len(claims.Items) != 2 {
 				t.Fatalf("%d claims in the namespace (%v), want 2", len(claims.Items), err)
 			}
+			owners := "the VM alone"
+			for _, c := range claims.Items {
+				if len(c.OwnerReferences) != 1 {
+					owners = fmt.Sprintf("%d owners", len(c.OwnerReferences))
+				}
+			}
+			var refCounts []string
+			who := "ipam-extensions; kvnet left them to it"
 			for run := range 2 { // a start, then a stop and start
 				pod := piStoredPod(t, piCreateLauncher(t, vmi))
 				elems := piSelection(t, pod)
@@ -300,7 +311,9 @@ func TestBesideIPAMExtensions(t *testing.T) {
 				if r := piClaimRefs(t, pod); refs != 2 || r["blue"] != "vm1.blue" || r["green"] != "vm1.green" {
 					t.Fatalf("run %d: launcher pod elements %v, want one reference per network", run, elems)
 				}
+				refCounts = append(refCounts, fmt.Sprint(refs))
 				if m := pod.Annotations[chain.MutationsAnnotation]; !strings.Contains(m, `"leftTo":"ipam-extensions"`) {
+					who = "kvnet"
 					t.Errorf("run %d: kvnet.io/mutations %s does not say the references were left to ipam-extensions", run, m)
 				}
 				piDeleteAndWait(t, pod)
@@ -337,6 +350,9 @@ func TestBesideIPAMExtensions(t *testing.T) {
 					return nil
 				})
 			}
+			rows = append(rows, fmt.Sprintf("| %s | %d, controlled by %s | %s | %s | no finalizer left |",
+				order.name, len(claims.Items), owners, strings.Join(refCounts, " / "), who))
 		})
 	}
+	framework.CheckDocTable(t, "ipam-extensions", []string{"order", "claims (want 2)", "references per launcher pod (want 2: one per network)", "who referenced them", "after the VM is deleted"}, rows)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -105,7 +103,7 @@ func TestBesideNetworkResourcesInjector(t *testing.T) {
 		})
 	}
 	if !t.Failed() && len(rows) == len(cases) {
-		checkDocTable(t, "nri", rows)
+		framework.CheckDocTable(t, "nri", []string{"NRI's webhook", "order", "NRI mode", "VFs, requests / limits (want 3)", "vDPA devices (want 1)", "who added them"}, rows)
 	}
 }
 
@@ -240,32 +238,4 @@ func nriRow(c nriCase, o outcome) string {
 		who = "both: NRI added its count to kvnet's"
 	}
 	return fmt.Sprintf("| %s | %s | %s | %d / %d | %d / %d | %s |", reg, c.order, mode, o.vfRequests, o.vfLimits, o.vdpaRequests, o.vdpaLimits, who)
-}
-
-// checkDocTable compares rows with the table between docs/peers.md's
-// <!-- name-table:begin --> and :end markers, or writes them there with
-// KVNET_UPDATE_DOCS=1.
-func checkDocTable(t *testing.T, name string, rows []string) {
-	t.Helper()
-	path := filepath.Join(framework.RepoRoot(), "docs", "peers.md")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	begin, end := "<!-- "+name+"-table:begin -->\n", "<!-- "+name+"-table:end -->"
-	i, j := strings.Index(string(b), begin), strings.Index(string(b), end)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no %q ... %q markers", path, begin, end)
-	}
-	table := "| NRI's webhook | order | NRI mode | VFs, requests / limits (want 3) | vDPA devices (want 1) | who added them |\n|---|---|---|---|---|---|\n" + strings.Join(rows, "\n") + "\n"
-	if os.Getenv("KVNET_UPDATE_DOCS") != "" {
-		out := string(b[:i+len(begin)]) + table + string(b[j:])
-		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if got := string(b[i+len(begin) : j]); got != table {
-		t.Errorf("%s's table is not what the test saw (run with KVNET_UPDATE_DOCS=1 to rewrite it):\n%s\nwant:\n%s", path, got, table)
-	}
 }
