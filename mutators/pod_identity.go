@@ -74,19 +74,39 @@ func (m ReceivedIdentity) MutatePod(ctx context.Context, req *chain.PodRequest) 
 	}
 	owner := persistentips.OwnerOf(vmi)
 	byIface, byOrdinal := interfaceIndex(vmi.Spec.Networks)
+	// Beside ipam-extensions, kvnet left the references to it (ClaimRefs),
+	// which may run after kvnet: an element without one still waits for
+	// the claim it will reference.
+	peer, err := req.Facts.IPAMExtensions(ctx)
+	if err != nil {
+		return err
+	}
 	var waiting []string
 	changed := false
 	for _, e := range elems {
 		net := matchNetwork(req.Namespace, e, vmi.Spec.Networks, byIface, byOrdinal)
-		if net == nil || e.String(multus.KeyIPAMClaimReference) != persistentips.ClaimName(owner.Name, net.Name) {
+		if net == nil {
 			continue
 		}
-		ok, set, err := m.identity(ctx, req, e, net.Name)
+		claim := persistentips.ClaimName(owner.Name, net.Name)
+		switch ref := e.String(multus.KeyIPAMClaimReference); {
+		case ref == claim:
+		case ref == "" && peer != "":
+			if want, err := ClaimRefs(m).claimFor(ctx, req, owner, e, net); err != nil || want != claim {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		default:
+			continue
+		}
+		ok, set, err := m.identity(ctx, req, e, claim, net.Name)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			waiting = append(waiting, fmt.Sprintf("%s (IPAMClaim %s)", net.Name, e.String(multus.KeyIPAMClaimReference)))
+			waiting = append(waiting, fmt.Sprintf("%s (IPAMClaim %s)", net.Name, claim))
 		}
 		changed = changed || set
 	}
@@ -138,8 +158,8 @@ func (m ReceivedIdentity) receiving(ctx context.Context, namespace, name, uid st
 // claim is read from the cache, and again from the API server when the
 // cache has it without IPs: the receiver writes them just before
 // virt-controller creates the pod.
-func (m ReceivedIdentity) identity(ctx context.Context, req *chain.PodRequest, e *multus.Element, network string) (ok, set bool, err error) {
-	key := client.ObjectKey{Namespace: req.Namespace, Name: e.String(multus.KeyIPAMClaimReference)}
+func (m ReceivedIdentity) identity(ctx context.Context, req *chain.PodRequest, e *multus.Element, claim, network string) (ok, set bool, err error) {
+	key := client.ObjectKey{Namespace: req.Namespace, Name: claim}
 	var c ipamv1alpha1.IPAMClaim
 	err = m.Cache.Get(ctx, key, &c)
 	if (apierrors.IsNotFound(err) || err == nil && len(c.Status.IPs) == 0) && m.API != nil {

@@ -7,6 +7,7 @@ import (
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
@@ -82,7 +84,22 @@ func TestReceivedIdentity(t *testing.T) {
 		want      string // the networks annotation after; "" unchanged
 		forbidden string // the denial's message, if denied
 		warning   string
+		ipamExt   bool // ipam-extensions' webhook is registered
 	}{
+		"beside ipam-extensions, an element it has not referenced yet still waits for its claim": {
+			pod: riPod(crElems("blue", "red")), ipamExt: true,
+			cache:     crClient(crVMI(), riVMIM("a", true), riClaim("blue", blueMAC, "10.1.0.9/24"), riClaim("red", "")),
+			forbidden: "the claims of networks red (IPAMClaim web.red) hold no IPs yet",
+		},
+		"beside ipam-extensions, claims with IPs: admitted, MACs set, references left to it": {
+			pod: riPod(crElems("blue")), ipamExt: true,
+			cache: crClient(crVMI(), riVMIM("a", true), riClaim("blue", blueMAC, "10.1.0.9/24")),
+			want:  `[{"name":"blue","namespace":"tenant-a","interface":"` + persistentips.PodInterfaceName("blue") + `","mac":"` + blueMAC + `"}]`,
+		},
+		"without ipam-extensions, an element without a reference is not kvnet's to hold": {
+			pod:   riPod(crElems("red")),
+			cache: crClient(crVMI(), riVMIM("a", true), riClaim("red", "")),
+		},
 		"both claims hold IPs: each element gets its claim's MAC": {
 			pod:   riPod(riElems("")),
 			cache: crClient(crVMI(), riVMIM("a", true), riClaim("blue", blueMAC, "10.1.0.9/24", "fd00::9/64"), riClaim("red", redMAC, "10.2.0.9/24")),
@@ -154,6 +171,14 @@ func TestReceivedIdentity(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			before := c.pod.Annotations[multus.NetworksAnnotation]
 			req := crRequest(c.pod, c.cfg)
+			if c.ipamExt {
+				facts := crFacts()
+				facts.Webhooks = []admissionregv1.MutatingWebhookConfiguration{{ObjectMeta: metav1.ObjectMeta{Name: "ipam"},
+					Webhooks: []admissionregv1.MutatingWebhook{{Name: peers.IPAMExtensionsWebhook, Rules: []admissionregv1.RuleWithOperations{{
+						Operations: []admissionregv1.OperationType{admissionregv1.Create},
+						Rule:       admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}}}}}
+				req.Facts = facts
+			}
 			if c.op != "" {
 				req.Operation = c.op
 			}
