@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/chain"
+	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 )
@@ -81,6 +82,24 @@ func watchClaims(t *testing.T, ns string) *claimWatch {
 	return cw
 }
 
+// stopIPAMExtensions uninstalls ipam-extensions and waits until kvnet's
+// cache no longer has its webhook: kvnet leaves claim references to it
+// while it sees it, which later tests must not inherit.
+func stopIPAMExtensions(t *testing.T, ie *framework.IPAMExtensions) {
+	t.Helper()
+	ie.Stop()
+	piEventually(t, "ipam-extensions' webhook gone from kvnet's cache", func() error {
+		var list admissionregv1.MutatingWebhookConfigurationList
+		if err := env.Manager.GetCache().List(context.Background(), &list); err != nil {
+			return err
+		}
+		if name := peers.IPAMExtensionsIn(list.Items); name != "" {
+			return fmt.Errorf("%s still cached", name)
+		}
+		return nil
+	})
+}
+
 // check fails t on any deletion or change of status.ips or UID seen.
 func (cw *claimWatch) check(t *testing.T) {
 	t.Helper()
@@ -119,7 +138,7 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
-			ie.Stop()
+			stopIPAMExtensions(t, ie)
 		}
 	})
 	cw := watchClaims(t, ns)
@@ -162,7 +181,7 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	// The move: ipam-extensions uninstalled, kvnet in charge. The VM is
 	// stopped and started, then live-migrated: each new launcher pod
 	// references the same claims, and kvnet takes the claims over.
-	ie.Stop()
+	stopIPAMExtensions(t, ie)
 	stopped = true
 	restore()
 	piDeleteAndWait(t, running)
@@ -257,7 +276,7 @@ func TestBesideIPAMExtensions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(ie.Stop)
+			t.Cleanup(func() { stopIPAMExtensions(t, ie) })
 			piEventually(t, "kvnet's cache sees ipam-extensions' webhook", func() error {
 				var list admissionregv1.MutatingWebhookConfigurationList
 				if err := env.Manager.GetCache().List(ctx, &list); err != nil {
