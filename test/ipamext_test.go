@@ -100,6 +100,40 @@ func stopIPAMExtensions(t *testing.T, ie *framework.IPAMExtensions) {
 	})
 }
 
+// deleteVM checks what was seen so far, then deletes vm's VMI and the VM
+// (KubeVirt's finalizer dropped, as virt-controller would) and waits until
+// no finalizer is left on its claims: the garbage collector, which envtest
+// does not run, then deletes them by their owner reference.
+func (cw *claimWatch) deleteVM(t *testing.T, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, claims ...string) {
+	t.Helper()
+	ctx := context.Background()
+	cw.check(t)
+	cw.mu.Lock()
+	cw.ownerGo = true
+	cw.mu.Unlock()
+	piDeleteAndWait(t, vmi)
+	var cur kubevirtv1.VirtualMachine
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), &cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, &cur); err != nil {
+		t.Fatal(err)
+	}
+	piDropFinalizer(vm)
+	for _, name := range claims {
+		piEventually(t, "claim "+name+" freed", func() error {
+			c, err := piGetClaim(vm.Namespace, name)
+			if err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			if len(c.Finalizers) > 0 {
+				return fmt.Errorf("finalizers %v", c.Finalizers)
+			}
+			return nil
+		})
+	}
+}
+
 // check fails t on any deletion or change of status.ips or UID seen.
 func (cw *claimWatch) check(t *testing.T) {
 	t.Helper()
@@ -222,33 +256,9 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	// Deleting the VM frees its claim: no finalizer is left on it (the
 	// garbage collector, which envtest does not run, then deletes it by
 	// its owner reference).
-	cw.check(t)
-	cw.mu.Lock()
-	cw.ownerGo = true
-	cw.mu.Unlock()
 	piDeleteAndWait(t, target)
 	piDeleteAndWait(t, started)
-	piDeleteAndWait(t, vmi)
-	var cur kubevirtv1.VirtualMachine
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), &cur); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Delete(ctx, &cur); err != nil {
-		t.Fatal(err)
-	}
-	for name := range made {
-		piEventually(t, "claim "+name+" freed", func() error {
-			c, err := piGetClaim(ns, name)
-			if err != nil {
-				return err
-			}
-			if len(c.Finalizers) > 0 {
-				return fmt.Errorf("finalizers %v", c.Finalizers)
-			}
-			return nil
-		})
-	}
-	cw.check(t)
+	cw.deleteVM(t, vm, vmi, "vm1.blue", "vm1.green")
 }
 
 // Beside ipam-extensions (issue 44), in both webhook orders (the API
@@ -344,31 +354,7 @@ func TestBesideIPAMExtensions(t *testing.T) {
 			if d := metricValue(t, "kvnet_launcher_claim_refs_left_to_peer_total", map[string]string{"peer": "ipam-extensions"}) - left; d != 4 {
 				t.Errorf("kvnet_launcher_claim_refs_left_to_peer_total{peer=ipam-extensions} rose by %v, want 4 (two networks, two pods)", d)
 			}
-			cw.check(t)
-			cw.mu.Lock()
-			cw.ownerGo = true
-			cw.mu.Unlock()
-			piDeleteAndWait(t, vmi)
-			var cur kubevirtv1.VirtualMachine
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), &cur); err != nil {
-				t.Fatal(err)
-			}
-			if err := env.Client.Delete(ctx, &cur); err != nil {
-				t.Fatal(err)
-			}
-			piDropFinalizer(vm)
-			for _, name := range []string{"vm1.blue", "vm1.green"} {
-				piEventually(t, "claim "+name+" freed", func() error {
-					c, err := piGetClaim(ns, name)
-					if err != nil {
-						return client.IgnoreNotFound(err)
-					}
-					if len(c.Finalizers) > 0 {
-						return fmt.Errorf("finalizers %v", c.Finalizers)
-					}
-					return nil
-				})
-			}
+			cw.deleteVM(t, vm, vmi, "vm1.blue", "vm1.green")
 			rows = append(rows, fmt.Sprintf("| %s | %d, controlled by %s | %s | %s | no finalizer left |",
 				order.name, len(claims.Items), owners, strings.Join(refCounts, " / "), who))
 		})
