@@ -28,8 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -274,17 +272,7 @@ const tokenLifetime = 24 * time.Hour
 // serviceAccountKubeconfig writes a kubeconfig with a token of the given
 // KubeVirt service account, as the component's in-cluster config would hold.
 func (kv *KubeVirt) serviceAccountKubeconfig(ctx context.Context, sa string) (string, error) {
-	token, err := kv.token(ctx, sa, nil)
-	if err != nil {
-		return "", err
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: kv.config.Host, CertificateAuthorityData: kv.config.CAData}
-	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: sa}
-	cfg.CurrentContext = "test"
-	path := filepath.Join(kv.dir, sa+".kubeconfig")
-	return path, clientcmd.WriteToFile(*cfg, path)
+	return serviceAccountKubeconfig(ctx, kv.config, KubeVirtNamespace, sa, kv.dir)
 }
 
 func (kv *KubeVirt) token(ctx context.Context, sa string, bound *authnv1.BoundObjectReference) (string, error) {
