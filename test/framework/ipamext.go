@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
@@ -63,6 +64,7 @@ type IPAMExtensions struct {
 	client        client.Client
 	configuration string
 	proc          *process
+	port          *os.File // holds portLock while it runs
 	// LogPath is the process's log.
 	LogPath string
 }
@@ -94,6 +96,15 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("ipam-extensions (%s) not found at %s: run `make peers` (hack/peers.sh unpacks it from ../shared/peers)", IPAMExtensionsCommit[:7], bin)
 	}
+	lock, err := lockPort(ctx, ipamExtensionsWebhookPort)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
 	if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ipamExtensionsWebhookPort)), time.Second); err == nil {
 		conn.Close()
 		return nil, fmt.Errorf("port %d, where ipam-extensions' webhook server always listens, is taken", ipamExtensionsWebhookPort)
@@ -127,7 +138,7 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 	if err != nil {
 		return nil, err
 	}
-	ie := &IPAMExtensions{client: c, configuration: o.ConfigurationName, LogPath: filepath.Join(dir, "ipam-extensions.log")}
+	ie := &IPAMExtensions{client: c, configuration: o.ConfigurationName, LogPath: filepath.Join(dir, "ipam-extensions.log"), port: lock}
 	ie.proc, err = startProcess("ipam-extensions", []string{bin,
 		"--certificates-dir", certDir,
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe),
@@ -137,7 +148,8 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 	}
 	defer func() {
 		if err != nil {
-			ie.Stop()
+			_ = ie.client.Delete(context.Background(), &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: ie.configuration}})
+			ie.proc.stop()
 		}
 	}()
 	if err := ie.proc.waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", probe), 60*time.Second); err != nil {
@@ -165,6 +177,7 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 func (ie *IPAMExtensions) Stop() {
 	_ = ie.client.Delete(context.Background(), &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: ie.configuration}})
 	ie.proc.stop()
+	ie.port.Close()
 }
 
 // Tail is the last lines of its log, for a failed test.
@@ -240,4 +253,33 @@ func serviceAccountKubeconfig(ctx context.Context, cfg *rest.Config, namespace, 
 	kc.CurrentContext = "test"
 	path := filepath.Join(dir, sa+".kubeconfig")
 	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+// lockPort takes an exclusive lock, shared by every test process of the
+// machine, on a fixed port that a peer always listens on (ipam-extensions'
+// webhook has no flag for it): go test runs test/ and test/e2e at once,
+// and both start it. The lock is held until the returned file is closed
+// (or the process ends), and waited for until ctx ends or five minutes
+// pass.
+func lockPort(ctx context.Context, port int) (*os.File, error) {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("kvnet-test-port-%d.lock", port))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, syscall.EWOULDBLOCK):
+			return false, nil
+		default:
+			return false, err
+		}
+	})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("waiting for port %d, which another test process holds (%s): %w", port, path, err)
+	}
+	return f, nil
 }
