@@ -3,7 +3,6 @@ package mutators
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -112,14 +111,7 @@ func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		}
 	}
 	if len(left) > 0 {
-		// Once per pod: the API server reinvokes kvnet after the peer
-		// changed the pod, and the record is there by then.
-		if !strings.Contains(pod.Annotations[chain.MutationsAnnotation], `"leftTo":"`+peers.IPAMExtensions+`"`) {
-			claimRefsLeft.WithLabelValues(peers.IPAMExtensions).Add(float64(len(left)))
-			logf.FromContext(ctx).Info("leaving the pod's IPAMClaim references to ipam-extensions, which is registered for it",
-				"namespace", req.Namespace, "pod", podName(pod), "webhook", peer, "networks", left)
-		}
-		req.RecordLeftTo(m.Name(), peers.IPAMExtensions, left...)
+		leaveClaimRefs(ctx, req, m.Name(), peer, left)
 	}
 	if !changed {
 		return nil
@@ -255,4 +247,19 @@ func matchNetwork(podNamespace string, e *multus.Element, nets []kubevirtv1.Netw
 		found = n
 	}
 	return found
+}
+
+// leaveClaimRefs notes that mutator left the IPAMClaim references of
+// networks to ipam-extensions, registered as webhook: in the pod's
+// kvnet.io/mutations and, the first time kvnet sees the pod, in
+// kvnet_launcher_claim_refs_left_to_peer_total and one log line. The API
+// server reinvokes kvnet after the peer changed the pod, and by then the
+// pod carries the record, so a pod is counted once.
+func leaveClaimRefs(ctx context.Context, req *chain.PodRequest, mutator, webhook string, networks []string) {
+	if !req.LeftBefore(mutator, peers.IPAMExtensions) {
+		claimRefsLeft.WithLabelValues(peers.IPAMExtensions).Add(float64(len(networks)))
+		logf.FromContext(ctx).Info("leaving the pod's IPAMClaim references to ipam-extensions, which is registered for it",
+			"namespace", req.Namespace, "pod", podName(req.Pod), "webhook", webhook, "mutator", mutator, "networks", networks)
+	}
+	req.RecordLeftTo(mutator, peers.IPAMExtensions, networks...)
 }

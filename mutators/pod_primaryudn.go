@@ -40,6 +40,9 @@ import (
 // behind its author's back, and leaving it would lose the VM's IP. The same
 // holds for the legacy annotation. On UPDATE an annotation the request does
 // not change is left alone: the pod's network is fixed at creation.
+//
+// Beside kubevirt/ipam-extensions, which writes both for the same claim,
+// kvnet leaves them to it (see MutatePod).
 type PrimaryUDN VMIReader
 
 // Name implements chain.PodMutator.
@@ -79,6 +82,16 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 	podNet := persistentips.PodNetwork(&vmi.Spec)
 	if podNet == nil {
 		return nil
+	}
+	// ipam-extensions writes the same element and legacy annotation for
+	// the same claim, and refuses a launcher pod created with a
+	// default-network annotation already on it: were kvnet first to
+	// write it, the VM would never start.
+	if peer, err := req.Facts.IPAMExtensions(ctx); err != nil || peer != "" {
+		if peer != "" {
+			leaveClaimRefs(ctx, req, m.Name(), peer, []string{podNet.Name})
+		}
+		return err
 	}
 	owner := persistentips.OwnerOf(vmi)
 	claim := persistentips.ClaimName(owner.Name, podNet.Name)

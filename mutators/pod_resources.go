@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/prometheus/client_golang/prometheus"
@@ -165,7 +164,7 @@ func (m NetworkResources) MutatePod(ctx context.Context, req *chain.PodRequest) 
 			}
 			// Once per pod: the API server reinvokes kvnet after the
 			// injector changed the pod, and the record is there by then.
-			if !strings.Contains(pod.Annotations[chain.MutationsAnnotation], `"leftTo":"`+peers.ResourceInjector+`"`) {
+			if !req.LeftBefore(m.Name(), peers.ResourceInjector) {
 				resourcesLeft.WithLabelValues(peers.ResourceInjector).Add(float64(len(order)))
 				log.Info("leaving the pod's device resources to network-resources-injector, which the API server calls for it",
 					"namespace", req.Namespace, "pod", podName(pod), "webhook", peer, "resources", order)

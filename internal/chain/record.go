@@ -34,6 +34,22 @@ func (r *PodRequest) RecordLeftTo(mutator, peer string, networks ...string) {
 	r.Changes = addChange(r.Changes, Change{Mutator: mutator, LeftTo: peer}, networks)
 }
 
+// LeftBefore reports whether the pod already says, in kvnet.io/mutations,
+// that mutator left its job to peer: the API server reinvokes kvnet after
+// a peer changed the pod, and what is counted or logged once per pod must
+// not be again. A record that cannot be read says nothing.
+func (r *PodRequest) LeftBefore(mutator, peer string) bool {
+	prev := r.Pod.Annotations[MutationsAnnotation]
+	if prev == "" {
+		return false
+	}
+	var all []Change
+	if json.Unmarshal([]byte(prev), &all) != nil {
+		return false
+	}
+	return slices.ContainsFunc(all, func(c Change) bool { return c.Mutator == mutator && c.LeftTo == peer })
+}
+
 func addChange(changes []Change, key Change, networks []string) []Change {
 	for i := range changes {
 		c := &changes[i]

@@ -29,6 +29,8 @@ var nriConfig = strings.Replace(testConfig, "networkRules:\n", `networkRules:
       - {name: vfinj, nad: sriov-c}
 `, 1)
 
+const resourcesLeftMetric = "kvnet_launcher_resources_left_to_peer_total"
+
 // nriCase is one way of running network-resources-injector beside kvnet.
 type nriCase struct {
 	order string // which webhook the API server calls first
@@ -123,7 +125,7 @@ func runBesideNRI(t *testing.T, i int, c nriCase) outcome {
 	ns := env.NewNamespace(t, map[string]string{nriTestLabel: "true"})
 	resourceNADs(t, ns)
 	env.CreateNAD(t, ns, "sriov-c", sriovResource, fmt.Sprintf(sriovNADConfig, "sriov-c"))
-	left := leftToPeer(t)
+	left := leftToPeer(t, resourcesLeftMetric, peers.ResourceInjector)
 
 	name := fmt.Sprintf("nri%d", i)
 	pod := launcherOf(t, ns, name, vmYAML(name, `
@@ -153,7 +155,7 @@ func runBesideNRI(t *testing.T, i int, c nriCase) outcome {
 		}
 	}
 	if got.leftTo {
-		if d := leftToPeer(t) - left; d != 2 {
+		if d := leftToPeer(t, resourcesLeftMetric, peers.ResourceInjector) - left; d != 2 {
 			t.Errorf("kvnet_launcher_resources_left_to_peer_total{peer=%q} rose by %v, want 2 (two resources)", peers.ResourceInjector, d)
 		}
 		if d := env.Logs.Count("leaving the pod's device resources to network-resources-injector, which the API server calls for it", "namespace", ns, "pod", pod.GenerateName); d != 1 {
@@ -194,19 +196,20 @@ func containerNames(pod *corev1.Pod) []string {
 	return out
 }
 
-func leftToPeer(t *testing.T) float64 {
+// leftToPeer reads counter metric's series for peer.
+func leftToPeer(t *testing.T, metric, peer string) float64 {
 	t.Helper()
 	mfs, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "kvnet_launcher_resources_left_to_peer_total" {
+		if mf.GetName() != metric {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "peer" && l.GetValue() == peers.ResourceInjector {
+				if l.GetName() == "peer" && l.GetValue() == peer {
 					return m.GetCounter().GetValue()
 				}
 			}
