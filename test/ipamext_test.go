@@ -5,82 +5,22 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 )
-
-// claimWatch records every IPAMClaim event of a namespace: deletions
-// (including a deletionTimestamp a finalizer holds up), and
-// each change of a claim's status.ips or UID, which the move from a peer
-// must never make.
-type claimWatch struct {
-	mu      sync.Mutex
-	ownerGo bool // the VM is being deleted: its claims may lose their finalizers
-	deleted []string
-	changed []string
-	last    map[string]*ipamv1alpha1.IPAMClaim
-}
-
-func watchClaims(t *testing.T, ns string) *claimWatch {
-	t.Helper()
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: app.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := wc.Watch(ctx, &ipamv1alpha1.IPAMClaimList{}, client.InNamespace(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cw := &claimWatch{last: map[string]*ipamv1alpha1.IPAMClaim{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			c, ok := ev.Object.(*ipamv1alpha1.IPAMClaim)
-			if !ok {
-				continue
-			}
-			cw.mu.Lock()
-			prev := cw.last[c.Name]
-			switch {
-			case ev.Type == watch.Deleted:
-				cw.deleted = append(cw.deleted, c.Name)
-			case c.DeletionTimestamp != nil && (prev == nil || prev.DeletionTimestamp == nil):
-				// Deleted, held only by a finalizer: the IP goes with it.
-				cw.deleted = append(cw.deleted, c.Name+" (deletionTimestamp set)")
-			case prev != nil && prev.UID != c.UID:
-				cw.changed = append(cw.changed, fmt.Sprintf("%s: UID %s -> %s", c.Name, prev.UID, c.UID))
-			case prev != nil && len(prev.Status.IPs) > 0 && !slices.Equal(prev.Status.IPs, c.Status.IPs):
-				cw.changed = append(cw.changed, fmt.Sprintf("%s: status.ips %v -> %v", c.Name, prev.Status.IPs, c.Status.IPs))
-			case !cw.ownerGo && prev != nil && c.DeletionTimestamp == nil && len(prev.Finalizers) > 0 && len(c.Finalizers) == 0:
-				// Neither ipam-extensions' nor kvnet's finalizer holds a
-				// claim whose VM is still there.
-				cw.changed = append(cw.changed, fmt.Sprintf("%s: finalizers %v -> none", c.Name, prev.Finalizers))
-			}
-			cw.last[c.Name] = c
-			cw.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { cancel(); w.Stop(); <-done })
-	return cw
-}
 
 // stopIPAMExtensions uninstalls ipam-extensions and waits until kvnet's
 // cache no longer has its webhook: kvnet leaves claim references to it
@@ -104,13 +44,10 @@ func stopIPAMExtensions(t *testing.T, ie *framework.IPAMExtensions) {
 // (KubeVirt's finalizer dropped, as virt-controller would) and waits until
 // no finalizer is left on its claims: the garbage collector, which envtest
 // does not run, then deletes them by their owner reference.
-func (cw *claimWatch) deleteVM(t *testing.T, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, claims ...string) {
+func deleteVM(t *testing.T, cw *framework.ClaimWatch, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, claims ...string) {
 	t.Helper()
 	ctx := context.Background()
-	cw.check(t)
-	cw.mu.Lock()
-	cw.ownerGo = true
-	cw.mu.Unlock()
+	cw.OwnersGoing(t)
 	piDeleteAndWait(t, vmi)
 	var cur kubevirtv1.VirtualMachine
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), &cur); err != nil {
@@ -131,16 +68,6 @@ func (cw *claimWatch) deleteVM(t *testing.T, vm *kubevirtv1.VirtualMachine, vmi 
 			}
 			return nil
 		})
-	}
-}
-
-// check fails t on any deletion or change of status.ips or UID seen.
-func (cw *claimWatch) check(t *testing.T) {
-	t.Helper()
-	cw.mu.Lock()
-	defer cw.mu.Unlock()
-	if len(cw.deleted) > 0 || len(cw.changed) > 0 {
-		t.Fatalf("IPAMClaims deleted %q, changed %q", cw.deleted, cw.changed)
 	}
 }
 
@@ -175,7 +102,7 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 			stopIPAMExtensions(t, ie)
 		}
 	})
-	cw := watchClaims(t, ns)
+	cw := env.WatchClaims(t, ns)
 	vm := piVmWithNetworks(ns, "vm1", [2]string{"blue", "blue"}, [2]string{"green", "green"})
 	piCreateVM(t, vm)
 	vmi := piStartVMI(t, vm)
@@ -235,7 +162,7 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	}
 	for name, want := range made {
 		piEventually(t, "kvnet adopts claim "+name, func() error {
-			cw.check(t)
+			cw.Check(t)
 			c, err := piGetClaim(ns, name)
 			if err != nil {
 				return err
@@ -258,7 +185,7 @@ func TestClaimsOfIPAMExtensionsAdoptedInPlace(t *testing.T) {
 	// its owner reference).
 	piDeleteAndWait(t, target)
 	piDeleteAndWait(t, started)
-	cw.deleteVM(t, vm, vmi, "vm1.blue", "vm1.green")
+	deleteVM(t, cw, vm, vmi, "vm1.blue", "vm1.green")
 }
 
 // Beside ipam-extensions (issue 44), in both webhook orders (the API
@@ -299,7 +226,7 @@ func TestBesideIPAMExtensions(t *testing.T) {
 				}
 				return fmt.Errorf("not yet")
 			})
-			cw := watchClaims(t, ns)
+			cw := env.WatchClaims(t, ns)
 			left := metricValue(t, "kvnet_launcher_claim_refs_left_to_peer_total", map[string]string{"peer": "ipam-extensions"})
 			vm := piVmWithNetworks(ns, "vm1", [2]string{"blue", "blue"}, [2]string{"green", "green"})
 			piCreateVM(t, vm)
@@ -354,7 +281,7 @@ func TestBesideIPAMExtensions(t *testing.T) {
 			if d := metricValue(t, "kvnet_launcher_claim_refs_left_to_peer_total", map[string]string{"peer": "ipam-extensions"}) - left; d != 4 {
 				t.Errorf("kvnet_launcher_claim_refs_left_to_peer_total{peer=ipam-extensions} rose by %v, want 4 (two networks, two pods)", d)
 			}
-			cw.deleteVM(t, vm, vmi, "vm1.blue", "vm1.green")
+			deleteVM(t, cw, vm, vmi, "vm1.blue", "vm1.green")
 			rows = append(rows, fmt.Sprintf("| %s | %d, controlled by %s | %s | %s | no finalizer left |",
 				order.name, len(claims.Items), owners, strings.Join(refCounts, " / "), who))
 		})

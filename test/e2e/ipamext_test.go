@@ -156,6 +156,14 @@ func waitPeerCached(t *testing.T, name string, present bool) {
 // docs/peers.md.
 func checkIPAMExtLauncherPod(t *testing.T, run int, want ipamExtVM, pod *corev1.Pod) (carries, who string) {
 	t.Helper()
+	carries = checkClaimRefs(t, run, want, pod)
+	return carries, checkLeftToIPAMExt(t, run, want, pod)
+}
+
+// checkClaimRefs checks that one launcher pod references want's claims,
+// each once, and says what it carries.
+func checkClaimRefs(t *testing.T, run int, want ipamExtVM, pod *corev1.Pod) string {
+	t.Helper()
 	elems, err := multus.Parse(pod.Annotations[multus.NetworksAnnotation])
 	if err != nil && len(want.refs) > 0 {
 		t.Fatalf("run %d: launcher pod of %s: %v", run, want.name, err)
@@ -172,7 +180,7 @@ func checkIPAMExtLauncherPod(t *testing.T, run int, want ipamExtVM, pod *corev1.
 	if fmt.Sprint(got) != fmt.Sprint(want.refs) {
 		t.Errorf("run %d: launcher pod of %s references %v, want %v (annotation %s)", run, want.name, got, want.refs, pod.Annotations[multus.NetworksAnnotation])
 	}
-	carries = fmt.Sprintf("%d `ipam-claim-reference`", len(got))
+	carries := fmt.Sprintf("%d `ipam-claim-reference`", len(got))
 	if want.primary != "" {
 		def, err := multus.ParseDefaultNetwork(pod.Annotations[multus.DefaultNetworkAnnotation])
 		carries = fmt.Sprintf("%d default-network element", len(def))
@@ -180,6 +188,13 @@ func checkIPAMExtLauncherPod(t *testing.T, run int, want ipamExtVM, pod *corev1.
 			t.Errorf("run %d: launcher pod of %s has %s %q, want one element referencing %s", run, want.name, multus.DefaultNetworkAnnotation, pod.Annotations[multus.DefaultNetworkAnnotation], want.primary)
 		}
 	}
+	return carries
+}
+
+// checkLeftToIPAMExt checks that kvnet.io/mutations of one launcher pod
+// says kvnet left want's references to ipam-extensions.
+func checkLeftToIPAMExt(t *testing.T, run int, want ipamExtVM, pod *corev1.Pod) (who string) {
+	t.Helper()
 	var changes []chain.Change
 	if raw := pod.Annotations[chain.MutationsAnnotation]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), &changes); err != nil {
@@ -194,9 +209,9 @@ func checkIPAMExtLauncherPod(t *testing.T, run int, want ipamExtVM, pod *corev1.
 	}
 	if !slices.Equal(left, want.left) {
 		t.Errorf("run %d: %s of %s's launcher pod %+v says %s left %v to ipam-extensions, want %v", run, chain.MutationsAnnotation, want.name, changes, want.leftBy, left, want.left)
-		return carries, "kvnet"
+		return "kvnet"
 	}
-	return carries, "ipam-extensions; kvnet left them to it"
+	return "ipam-extensions; kvnet left them to it"
 }
 
 // checkClaimsOnce checks that the VM's namespace holds exactly its claims,
