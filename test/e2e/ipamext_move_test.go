@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -13,6 +17,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
 )
@@ -177,5 +182,132 @@ func endMigratedVM(t *testing.T, vm ipamExtVM) {
 		if err := env.Client.Delete(ctx, &pods[i], client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// handOverFinalizer is the JSON patch docs/persistent-ips.md ("Moving back
+// to ipam-extensions") gives an operator for each claim once kvnet is
+// uninstalled: kvnet's finalizer, alone on the claim, becomes
+// ipam-extensions' one, which its controller removes when the VM goes.
+const handOverFinalizer = `[{"op":"test","path":"/metadata/finalizers","value":["` + persistentips.Finalizer + `"]},` +
+	`{"op":"replace","path":"/metadata/finalizers","value":["` + framework.IPAMExtensionsFinalizer + `"]}]`
+
+// The reverse move, from kvnet to ipam-extensions (issue 44), under
+// KubeVirt's own virt-controller and virt-api, as docs/persistent-ips.md
+// writes it. Two VMs run under kvnet (one with two secondary networks, one
+// on a primary UDN), their claims' status.ips written as the CNI would.
+// kvnet leaves (it excludes their namespaces: what it does not serve, it
+// neither mutates nor reconciles), the operator hands each claim's
+// finalizer over to ipam-extensions, and ipam-extensions is installed.
+// Each VM is stopped and started: ipam-extensions takes kvnet's claims as
+// the VM's (it checks only that the VM is their one owner) and its
+// webhook references them on the new launcher pods. No claim is deleted
+// or changes UID or status.ips; deleting the VMs frees them.
+func TestMoveToIPAMExtensionsUnderKubeVirt(t *testing.T) {
+	ctx := context.Background()
+	doc, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "docs", "persistent-ips.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []map[string]any
+	if err := json.Unmarshal([]byte(handOverFinalizer), &ops); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		b, _ := json.Marshal(op)
+		if !strings.Contains(string(doc), string(b)) {
+			t.Fatalf("docs/persistent-ips.md does not give the operation %s this test applies", b)
+		}
+	}
+	udnEnable(t)
+	secondary, udn := env.NewNamespace(t, nil), env.NewNamespace(t, nil)
+	watches := map[string]*framework.ClaimWatch{secondary: env.WatchClaims(t, secondary), udn: env.WatchClaims(t, udn)}
+	persistentNAD(t, secondary, "tenant")
+	persistentNAD(t, secondary, "extra")
+	mustCreateVM(t, secondary, vmYAML("db",
+		"\n            - {name: blue, bridge: {}}\n            - {name: green, bridge: {}}",
+		"\n        - {name: blue, multus: {networkName: tenant}}\n        - {name: green, multus: {networkName: extra}}", ""))
+	env.CreateNAD(t, udn, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","netAttachDefName":"%[1]s/udn","allowPersistentIPs":true}`, udn))
+	mustCreateVM(t, udn, udnVMYAML("web", "Always", `network.kubevirt.io/addresses: '{"default":["10.220.0.9"]}'`))
+	vms := []ipamExtVM{
+		{ns: secondary, name: "db", claims: []string{"db.blue", "db.green"}, refs: map[string]string{"tenant": "db.blue", "extra": "db.green"}},
+		{ns: udn, name: "web", claims: []string{"web.default"}, refs: map[string]string{}, primary: "web.default"},
+	}
+	ips := map[string][]string{"db.blue": {"10.100.0.50/24"}, "db.green": {"10.100.0.51/24"}, "web.default": {"10.220.0.9/16"}}
+
+	// Under kvnet: its claims, the IPs the CNI wrote, its references.
+	made := map[string]types.UID{}
+	for _, vm := range vms {
+		checkClaimRefs(t, 0, vm, waitLauncherPod(t, waitVMI(t, vm.ns, vm.name)))
+		for _, name := range vm.claims {
+			c := waitClaim(t, vm.ns, name)
+			framework.Eventually(t, "kvnet's finalizer on claim "+name, waitTimeout, func() error {
+				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+					return err
+				}
+				if !slices.Equal(c.Finalizers, []string{persistentips.Finalizer}) {
+					return fmt.Errorf("finalizers %v", c.Finalizers)
+				}
+				return nil
+			})
+			c.Status.IPs = ips[name]
+			if err := env.Client.Status().Update(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			made[name] = c.UID
+		}
+	}
+
+	// The move: kvnet leaves, the operator hands the finalizers over,
+	// ipam-extensions comes.
+	restore, err := env.SetConfig(testConfig + "persistentIPs: {primaryUDN: {enabled: true}}\n" +
+		"excludedNamespaces: [kube-system, " + secondary + ", " + udn + "]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restore)
+	for _, vm := range vms {
+		for _, name := range vm.claims {
+			c := &ipamv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: vm.ns, Name: name}}
+			if err := env.Client.Patch(ctx, c, client.RawPatch(types.JSONPatchType, []byte(handOverFinalizer))); err != nil {
+				t.Fatalf("handing claim %s over to ipam-extensions: %v", name, err)
+			}
+		}
+	}
+	ie, err := framework.StartIPAMExtensions(ctx, env.Config, env.Client, t.TempDir(), framework.IPAMExtensionsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("ipam-extensions' log (%s), last lines:\n%s", ie.LogPath, ie.Tail(40))
+		}
+		ie.Stop()
+		waitPeerCached(t, framework.IPAMExtensionsConfiguration, false)
+	})
+
+	for _, vm := range vms {
+		old := waitVMI(t, vm.ns, vm.name)
+		setRunStrategy(t, vm.ns, vm.name, kubevirtv1.RunStrategyHalted)
+		waitGone(t, old)
+		setRunStrategy(t, vm.ns, vm.name, kubevirtv1.RunStrategyAlways)
+		pod := waitLauncherPod(t, waitVMI(t, vm.ns, vm.name))
+		checkClaimRefs(t, 1, vm, pod)
+		if m := pod.Annotations[chain.MutationsAnnotation]; m != "" {
+			t.Errorf("launcher pod of %s after kvnet left: kvnet.io/mutations %s, want none", vm.name, m)
+		}
+		for _, name := range vm.claims {
+			var c ipamv1alpha1.IPAMClaim
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: vm.ns, Name: name}, &c); err != nil {
+				t.Fatal(err)
+			}
+			if c.UID != made[name] || !slices.Equal(c.Status.IPs, ips[name]) || !slices.Equal(c.Finalizers, []string{framework.IPAMExtensionsFinalizer}) {
+				t.Errorf("claim %s: UID %s, status.ips %v, finalizers %v; want kvnet's %s with %v, ipam-extensions' finalizer alone", name, c.UID, c.Status.IPs, c.Finalizers, made[name], ips[name])
+			}
+		}
+	}
+	for _, vm := range vms {
+		watches[vm.ns].OwnersGoing(t)
+		deleteVMAndWaitClaimsFree(t, vm)
 	}
 }
