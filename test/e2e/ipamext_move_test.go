@@ -51,30 +51,9 @@ func TestMoveFromIPAMExtensionsUnderKubeVirt(t *testing.T) {
 			restore()
 		}
 	})
-	ie, err := framework.StartIPAMExtensions(ctx, env.Config, env.Client, t.TempDir(), framework.IPAMExtensionsOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			t.Logf("ipam-extensions' log (%s), last lines:\n%s", ie.LogPath, ie.Tail(40))
-			ie.Stop()
-		}
-	})
+	ie := startIPAMExt(t, framework.IPAMExtensionsConfiguration)
 	watches := map[string]*framework.ClaimWatch{secondary: env.WatchClaims(t, secondary), udn: env.WatchClaims(t, udn)}
-
-	persistentNAD(t, secondary, "tenant")
-	persistentNAD(t, secondary, "extra")
-	mustCreateVM(t, secondary, vmYAML("db",
-		"\n            - {name: blue, bridge: {}}\n            - {name: green, bridge: {}}",
-		"\n        - {name: blue, multus: {networkName: tenant}}\n        - {name: green, multus: {networkName: extra}}", ""))
-	env.CreateNAD(t, udn, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","netAttachDefName":"%[1]s/udn","allowPersistentIPs":true}`, udn))
-	mustCreateVM(t, udn, udnVMYAML("web", "Always", `network.kubevirt.io/addresses: '{"default":["10.220.0.9"]}'`))
-	vms := []ipamExtVM{
-		{ns: secondary, name: "db", claims: []string{"db.blue", "db.green"}, refs: map[string]string{"tenant": "db.blue", "extra": "db.green"}},
-		{ns: udn, name: "web", claims: []string{"web.default"}, refs: map[string]string{}, primary: "web.default"},
-	}
+	vms := createIPAMExtVMs(t, secondary, udn)
 	ips := map[string][]string{"db.blue": {"10.100.0.40/24"}, "db.green": {"10.100.0.41/24"}, "web.default": {"10.220.0.9/16"}}
 
 	// Under ipam-extensions alone: its claims, the IPs the CNI wrote, its
@@ -100,7 +79,6 @@ func TestMoveFromIPAMExtensionsUnderKubeVirt(t *testing.T) {
 
 	// The move.
 	ie.Stop()
-	stopped = true
 	waitPeerCached(t, framework.IPAMExtensionsConfiguration, false)
 	restore()
 	restored = true
@@ -222,17 +200,7 @@ func TestMoveToIPAMExtensionsUnderKubeVirt(t *testing.T) {
 	udnEnable(t)
 	secondary, udn := env.NewNamespace(t, nil), env.NewNamespace(t, nil)
 	watches := map[string]*framework.ClaimWatch{secondary: env.WatchClaims(t, secondary), udn: env.WatchClaims(t, udn)}
-	persistentNAD(t, secondary, "tenant")
-	persistentNAD(t, secondary, "extra")
-	mustCreateVM(t, secondary, vmYAML("db",
-		"\n            - {name: blue, bridge: {}}\n            - {name: green, bridge: {}}",
-		"\n        - {name: blue, multus: {networkName: tenant}}\n        - {name: green, multus: {networkName: extra}}", ""))
-	env.CreateNAD(t, udn, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","netAttachDefName":"%[1]s/udn","allowPersistentIPs":true}`, udn))
-	mustCreateVM(t, udn, udnVMYAML("web", "Always", `network.kubevirt.io/addresses: '{"default":["10.220.0.9"]}'`))
-	vms := []ipamExtVM{
-		{ns: secondary, name: "db", claims: []string{"db.blue", "db.green"}, refs: map[string]string{"tenant": "db.blue", "extra": "db.green"}},
-		{ns: udn, name: "web", claims: []string{"web.default"}, refs: map[string]string{}, primary: "web.default"},
-	}
+	vms := createIPAMExtVMs(t, secondary, udn)
 	ips := map[string][]string{"db.blue": {"10.100.0.50/24"}, "db.green": {"10.100.0.51/24"}, "web.default": {"10.220.0.9/16"}}
 
 	// Under kvnet: its claims, the IPs the CNI wrote, its references.
@@ -274,18 +242,7 @@ func TestMoveToIPAMExtensionsUnderKubeVirt(t *testing.T) {
 			}
 		}
 	}
-	ie, err := framework.StartIPAMExtensions(ctx, env.Config, env.Client, t.TempDir(), framework.IPAMExtensionsOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("ipam-extensions' log (%s), last lines:\n%s", ie.LogPath, ie.Tail(40))
-		}
-		ie.Stop()
-		waitPeerCached(t, framework.IPAMExtensionsConfiguration, false)
-	})
-
+	startIPAMExt(t, framework.IPAMExtensionsConfiguration)
 	for _, vm := range vms {
 		old := waitVMI(t, vm.ns, vm.name)
 		setRunStrategy(t, vm.ns, vm.name, kubevirtv1.RunStrategyHalted)

@@ -71,37 +71,10 @@ func TestBesideIPAMExtensionsUnderKubeVirt(t *testing.T) {
 		{"kvnet-first", "kvnet, then ipam-extensions", "zz-" + framework.IPAMExtensionsConfiguration},
 	} {
 		t.Run(order.name, func(t *testing.T) {
-			ctx := context.Background()
-			ie, err := framework.StartIPAMExtensions(ctx, env.Config, env.Client, t.TempDir(), framework.IPAMExtensionsOptions{ConfigurationName: order.configuration})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("ipam-extensions' log (%s), last lines:\n%s", ie.LogPath, ie.Tail(40))
-				}
-				ie.Stop()
-				waitPeerCached(t, order.configuration, false)
-			})
+			startIPAMExt(t, order.configuration)
 			waitPeerCached(t, order.configuration, true)
-
-			secondary := env.NewNamespace(t, nil)
-			persistentNAD(t, secondary, "tenant")
-			persistentNAD(t, secondary, "extra")
-			mustCreateVM(t, secondary, vmYAML("db",
-				"\n            - {name: blue, bridge: {}}\n            - {name: green, bridge: {}}",
-				"\n        - {name: blue, multus: {networkName: tenant}}\n        - {name: green, multus: {networkName: extra}}", ""))
-			udn := env.NewNamespace(t, nil)
-			env.CreateNAD(t, udn, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","netAttachDefName":"%[1]s/udn","allowPersistentIPs":true}`, udn))
-			mustCreateVM(t, udn, udnVMYAML("web", "Always", `network.kubevirt.io/addresses: '{"default":["10.220.0.9"]}'`))
-
 			left := leftToPeer(t, claimRefsLeftMetric, peers.IPAMExtensions)
-			for _, want := range []ipamExtVM{
-				{doc: "two secondary networks", ns: secondary, name: "db", claims: []string{"db.blue", "db.green"}, refs: map[string]string{"tenant": "db.blue", "extra": "db.green"},
-					leftBy: "claim-refs", left: []string{"blue", "green"}},
-				{doc: "primary UDN (IP and MAC asked for)", ns: udn, name: "web", claims: []string{"web.default"}, refs: map[string]string{}, primary: "web.default",
-					leftBy: "primary-udn", left: []string{"default"}},
-			} {
+			for _, want := range createIPAMExtVMs(t, env.NewNamespace(t, nil), env.NewNamespace(t, nil)) {
 				var carries, who []string
 				for run := range 2 { // a start, then a stop and start
 					vmi := waitVMI(t, want.ns, want.name)
@@ -131,6 +104,48 @@ func TestBesideIPAMExtensionsUnderKubeVirt(t *testing.T) {
 	if !t.Failed() {
 		framework.CheckDocTable(t, "ipam-extensions-kubevirt", []string{"order", "VM", "claims", "each launcher pod carries (start / restart)", "who put it there", "after the VM is deleted"}, rows)
 	}
+}
+
+// createIPAMExtVMs creates, in namespace secondary, two persistent-IP NADs
+// and VM db on both and, in namespace udn, a primary layer2 UDN and VM web
+// on it asking for an IP and a MAC; both run (runStrategy Always). It
+// returns what each must get.
+func createIPAMExtVMs(t *testing.T, secondary, udn string) []ipamExtVM {
+	t.Helper()
+	persistentNAD(t, secondary, "tenant")
+	persistentNAD(t, secondary, "extra")
+	mustCreateVM(t, secondary, vmYAML("db",
+		"\n            - {name: blue, bridge: {}}\n            - {name: green, bridge: {}}",
+		"\n        - {name: blue, multus: {networkName: tenant}}\n        - {name: green, multus: {networkName: extra}}", ""))
+	env.CreateNAD(t, udn, "udn", "", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"%[1]s_udn","type":"ovn-k8s-cni-overlay","topology":"layer2","role":"primary","subnets":"10.220.0.0/16","netAttachDefName":"%[1]s/udn","allowPersistentIPs":true}`, udn))
+	mustCreateVM(t, udn, udnVMYAML("web", "Always", `network.kubevirt.io/addresses: '{"default":["10.220.0.9"]}'`))
+	return []ipamExtVM{
+		{doc: "two secondary networks", ns: secondary, name: "db", claims: []string{"db.blue", "db.green"}, refs: map[string]string{"tenant": "db.blue", "extra": "db.green"},
+			leftBy: "claim-refs", left: []string{"blue", "green"}},
+		{doc: "primary UDN (IP and MAC asked for)", ns: udn, name: "web", claims: []string{"web.default"}, refs: map[string]string{}, primary: "web.default",
+			leftBy: "primary-udn", left: []string{"default"}},
+	}
+}
+
+// startIPAMExt starts ipam-extensions, its webhook configuration named
+// configuration, for one test. When the test ends it is uninstalled (again,
+// if the test did) and the test waits until kvnet's cache no longer has
+// its webhook, so that no later test finds kvnet stepping aside; a failed
+// test gets its log.
+func startIPAMExt(t *testing.T, configuration string) *framework.IPAMExtensions {
+	t.Helper()
+	ie, err := framework.StartIPAMExtensions(context.Background(), env.Config, env.Client, t.TempDir(), framework.IPAMExtensionsOptions{ConfigurationName: configuration})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("ipam-extensions' log (%s), last lines:\n%s", ie.LogPath, ie.Tail(40))
+		}
+		ie.Stop()
+		waitPeerCached(t, configuration, false)
+	})
+	return ie
 }
 
 // waitPeerCached waits until kvnet's cache has (or no longer has) the
