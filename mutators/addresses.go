@@ -23,10 +23,10 @@ import (
 // everywhere in kvnet. The Addresses validator checks the result.
 type Addresses struct{}
 
-// Name implements chain.Mutator.
+// Name implements chain.VMMutator.
 func (Addresses) Name() string { return "addresses" }
 
-// Mutate implements chain.Mutator.
+// Mutate implements chain.VMMutator.
 func (m Addresses) Mutate(ctx context.Context, req *chain.Request) error {
 	v, ok := req.Meta.Annotations[requested.Annotation]
 	if !ok || !addresses.MayRequest(v) {

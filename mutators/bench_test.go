@@ -30,7 +30,7 @@ spec:
 		b.StopTimer()
 		_, req := vmRequest(b, vm, cfg)
 		b.StartTimer()
-		if err := chain.RunMutators(ctx, req, ms); err != nil {
+		if err := chain.RunVMMutators(ctx, req, ms); err != nil {
 			b.Fatal(err)
 		}
 		multusNets := 0

@@ -15,10 +15,10 @@ import (
 // the VMI and from there to the pod.
 type KubeOVN struct{}
 
-// Name implements chain.Mutator.
+// Name implements chain.VMMutator.
 func (KubeOVN) Name() string { return "kube-ovn" }
 
-// Mutate implements chain.Mutator.
+// Mutate implements chain.VMMutator.
 func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
 	var legacy []string // networks that carry allow_live_migration
 	for _, net := range req.Spec.Networks {

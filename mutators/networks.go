@@ -17,10 +17,10 @@ import (
 // the user's spec wins.
 type NetworkInjector struct{}
 
-// Name implements chain.Mutator.
+// Name implements chain.VMMutator.
 func (NetworkInjector) Name() string { return "networks" }
 
-// Mutate implements chain.Mutator.
+// Mutate implements chain.VMMutator.
 func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
 	wanted, err := req.WantedNetworks(ctx)
 	if err != nil || len(wanted) == 0 {

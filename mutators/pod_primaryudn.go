@@ -18,7 +18,7 @@ import (
 	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
-// PrimaryUDN keeps the pod-network IP of VMs whose namespace's primary
+// PrimaryUDNPod keeps the pod-network IP of VMs whose namespace's primary
 // network is an OVN-Kubernetes user-defined network (persistentIPs.primaryUDN).
 // The pod network is not in k8s.v1.cni.cncf.io/networks, so its claim goes
 // into the launcher pod's v1.multus-cni.io/default-network element, with the
@@ -43,13 +43,13 @@ import (
 //
 // Beside kubevirt/ipam-extensions, which writes both for the same claim,
 // kvnet leaves them to it (see MutatePod).
-type PrimaryUDN VMIReader
+type PrimaryUDNPod VMIReader
 
 // Name implements chain.PodMutator.
-func (PrimaryUDN) Name() string { return "primary-udn" }
+func (PrimaryUDNPod) Name() string { return "primary-udn" }
 
 // MutatePod implements chain.PodMutator.
-func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error {
+func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	pod := req.Pod
 	if !req.Config.PrimaryUDNEnabled() || pod.Annotations[chain.SkipAnnotation] == "true" {
 		return nil
@@ -166,7 +166,7 @@ func (m PrimaryUDN) MutatePod(ctx context.Context, req *chain.PodRequest) error 
 // to deprecate it), and refuses the pod when it already names another claim
 // either way (OVN-Kubernetes releases that read only it would bind the IP
 // to that claim, and current ones fall back to it).
-func (PrimaryUDN) legacy(req *chain.PodRequest, claim string) error {
+func (PrimaryUDNPod) legacy(req *chain.PodRequest, claim string) error {
 	cur, ok := req.Pod.Annotations[primaryudn.LegacyClaimAnnotation]
 	switch {
 	case !ok && !req.Config.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation():

@@ -257,7 +257,7 @@ func TestPrimaryUDN(t *testing.T) {
 				req.Operation = tc.op
 				req.OldPod = udnPod(tc.old)
 			}
-			m := PrimaryUDN{Cache: cache}
+			m := PrimaryUDNPod{Cache: cache}
 			err := m.MutatePod(context.Background(), req)
 			if tc.refused != "" {
 				var r *chain.Refusal
@@ -319,7 +319,7 @@ func TestPrimaryUDNLookupFailure(t *testing.T) {
 	on := udnConfig(t, "persistentIPs: {primaryUDN: {enabled: true}}")
 	req := &chain.PodRequest{Operation: admissionv1.Create, Namespace: udnNS, Pod: udnPod(nil), Config: on, Facts: udnSnapshot(udnPrimary, true)}
 	boom := apierrors.NewForbidden(ipamv1alpha1.SchemeGroupVersion.WithResource("ipamclaims").GroupResource(), "web.pn", errors.New("RBAC"))
-	err := PrimaryUDN{Cache: failingClaims{Reader: crClient(udnVMI("")), err: boom}}.MutatePod(context.Background(), req)
+	err := PrimaryUDNPod{Cache: failingClaims{Reader: crClient(udnVMI("")), err: boom}}.MutatePod(context.Background(), req)
 	var r *chain.Refusal
 	if err == nil || errors.As(err, &r) || !strings.Contains(err.Error(), "reading IPAMClaim") {
 		t.Fatalf("err = %v, want kvnet's own error naming the claim read", err)
@@ -347,7 +347,7 @@ func BenchmarkPrimaryUDN(b *testing.B) {
 	ctx := context.Background()
 	cfg := config.Config{PersistentIPs: config.PersistentIPs{PrimaryUDN: config.PrimaryUDN{Enabled: true}}}.Default("")
 	vmi := udnVMI(`{"pn":["10.200.0.9"]}`)
-	m := PrimaryUDN{Cache: cacheReader{client.ObjectKeyFromObject(vmi): vmi}}
+	m := PrimaryUDNPod{Cache: cacheReader{client.ObjectKeyFromObject(vmi): vmi}}
 	crVM := crVMI()
 	cr := ClaimRefs{Cache: cacheReader{client.ObjectKeyFromObject(crVM): crVM}}
 	crAnnotation := crElems("blue", "red", "plain", "gone")

@@ -23,10 +23,10 @@ import (
 // with a message that names the gate to enable.
 type VDPA struct{}
 
-// Name implements chain.Mutator.
+// Name implements chain.VMMutator.
 func (VDPA) Name() string { return "vdpa" }
 
-// Mutate implements chain.Mutator.
+// Mutate implements chain.VMMutator.
 func (m VDPA) Mutate(ctx context.Context, req *chain.Request) error {
 	plugin := req.Config.VDPA.BindingPlugin
 	memLock, gateRead := false, false

@@ -99,7 +99,7 @@ func startSourceProxy(t *testing.T, cfg *rest.Config, it *identityTarget, cert t
 
 // waitRefusedAtTarget waits until the target has counted reason more
 // than before times.
-func waitRefusedAtTarget(t *testing.T, what string, reason proxy.Refusal, before float64) {
+func waitRefusedAtTarget(t *testing.T, what string, reason proxy.RefusalCode, before float64) {
 	t.Helper()
 	proxyEventually(t, what, func() error {
 		if d := refusedCount(t, "target", reason) - before; d < 1 {

@@ -112,7 +112,7 @@ func TestIdentityRefusalsThroughBothProxies(t *testing.T) {
 		annot   map[string]string // on the sending VMIM
 		srcName string            // the sending VM, when not name
 		late    bool              // the target pod exists first
-		outcome proxy.Refusal     // what the source hears
+		outcome proxy.RefusalCode // what the source hears
 		reason  string            // the receiver's reason; "" when the hop refused
 		says    string            // in the event and the pod's denial
 	}
@@ -136,7 +136,7 @@ func TestIdentityRefusalsThroughBothProxies(t *testing.T) {
 		{name: "wrong-vm", srcName: "intruder", source: []srcNet{blue("02:6b:76:02:00:09", "10.100.0.29/24")},
 			annot: map[string]string{proxy.AnnotationMigrationTarget: ns + "/wrong-vm"}, outcome: proxy.RefusedWrongVM},
 	}
-	refusedLogs := func(reason proxy.Refusal) int {
+	refusedLogs := func(reason proxy.RefusalCode) int {
 		return env.Logs.Count("the peer refused the migration's network identity; its target pod will not be admitted", "reason", reason.String()) +
 			env.Logs.Count("the peer refused the migration's network identity for now; offering again", "reason", reason.String())
 	}

@@ -97,9 +97,9 @@ func (it *identityTarget) identity(vmim *kubevirtv1.VirtualMachineInstanceMigrat
 
 // offer sends id from d, waiting out unknown-migration while the target
 // proxy's cache has not seen the VMIM yet; it returns the refusal, if any.
-func (it *identityTarget) offer(t *testing.T, d *proxy.Dialer, id proxy.Identity) proxy.Refusal {
+func (it *identityTarget) offer(t *testing.T, d *proxy.Dialer, id proxy.Identity) proxy.RefusalCode {
 	t.Helper()
-	var got proxy.Refusal
+	var got proxy.RefusalCode
 	proxyEventually(t, "the target proxy answers the identity for "+id.MigrationID, func() error {
 		err := d.OfferIdentity(context.Background(), it.hop, id)
 		var re *proxy.RefusedError
@@ -124,7 +124,7 @@ func (it *identityTarget) offer(t *testing.T, d *proxy.Dialer, id proxy.Identity
 // outcome is kvnet_persistentips_identities_received_total's label ("" when
 // the hop refuses before the receiver); an outcome's event is a series
 // that keeps its first note, so says is checked once per outcome.
-func (it *identityTarget) refused(t *testing.T, what string, d *proxy.Dialer, vmim *kubevirtv1.VirtualMachineInstanceMigration, id proxy.Identity, reason proxy.Refusal, outcome, says string) {
+func (it *identityTarget) refused(t *testing.T, what string, d *proxy.Dialer, vmim *kubevirtv1.VirtualMachineInstanceMigration, id proxy.Identity, reason proxy.RefusalCode, outcome, says string) {
 	t.Helper()
 	received := map[string]string{"outcome": outcome}
 	before, outcomes := refusedCount(t, "target", reason), metricValue(t, "kvnet_persistentips_identities_received_total", received)
@@ -220,7 +220,7 @@ func TestIdentityTargetSide(t *testing.T) {
 	for _, c := range []struct {
 		what, outcome, says string
 		id                  proxy.Identity
-		reason              proxy.Refusal
+		reason              proxy.RefusalCode
 	}{
 		{"another network name", persistentips.ReasonNetworkName, `networks[blue].networkName: "red"`, it.identity(vmim, "red", "10.100.0.5/24"), proxy.RefusedIdentityMismatch},
 		{"an IP outside the subnets", persistentips.ReasonOutsideSubnets, "networks[blue].ips: 10.100.1.5/24 is in no subnet", it.identity(vmim, it.network, "10.100.1.5/24"), proxy.RefusedIdentityMismatch},

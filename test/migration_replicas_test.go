@@ -142,7 +142,7 @@ func migReplicaB(t *testing.T, calls *atomic.Int32) {
 		t.Fatal(err)
 	}
 	counter := migCountingMutator{calls: calls}
-	mgr.GetWebhookServer().Register(webhook.PathMutateMigrationPods, &admission.Webhook{Handler: &webhook.PodMutator{
+	mgr.GetWebhookServer().Register(webhook.PathMutateMigrationPods, &admission.Webhook{Handler: &webhook.PodMutateHandler{
 		Name: "migration-pods-replica-b", Config: env.Source, Facts: lookup.NewReader(mgr.GetCache()),
 		Mutators: []chain.PodMutator{capB.Mutator, counter},
 	}})

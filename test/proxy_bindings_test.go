@@ -118,7 +118,7 @@ func (r *bindingsRig) dial(p *runningProxy, peer string, m *kubevirtv1.VirtualMa
 }
 
 // refusedFor says whether err is the target's refusal r.
-func refusedFor(err error, r proxy.Refusal) bool {
+func refusedFor(err error, r proxy.RefusalCode) bool {
 	var re *proxy.RefusedError
 	return errors.As(err, &re) && re.Reason == r
 }
@@ -502,7 +502,7 @@ func sameKeys(m map[string]proxy.Binding, want []string) bool {
 }
 
 // proxyRefusals is the target side's kvnet_proxy_refused_total for r.
-func proxyRefusals(t *testing.T, r proxy.Refusal) float64 {
+func proxyRefusals(t *testing.T, r proxy.RefusalCode) float64 {
 	t.Helper()
 	return migCounter(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": r.String()})
 }

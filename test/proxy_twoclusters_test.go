@@ -36,7 +36,7 @@ import (
 
 // refusedCount reads kvnet_proxy_refused_total{side, reason} from the
 // registry both proxies of the test export to.
-func refusedCount(t *testing.T, side string, reason proxy.Refusal) float64 {
+func refusedCount(t *testing.T, side string, reason proxy.RefusalCode) float64 {
 	t.Helper()
 	return metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": side, "reason": reason.String()})
 }
@@ -301,7 +301,7 @@ func TestProxyTwoClusters(t *testing.T) {
 
 			// refusedBy runs try and checks that it failed and that the
 			// named refusal was counted.
-			refusedBy := func(what, side string, reason proxy.Refusal, try func() error) {
+			refusedBy := func(what, side string, reason proxy.RefusalCode, try func() error) {
 				t.Helper()
 				before := refusedCount(t, side, reason)
 				if err := try(); err == nil {
@@ -332,7 +332,7 @@ func TestProxyTwoClusters(t *testing.T) {
 				}
 				return err
 			}
-			wantReason := func(r proxy.Refusal, err error) error {
+			wantReason := func(r proxy.RefusalCode, err error) error {
 				var re *proxy.RefusedError
 				if err == nil {
 					return nil

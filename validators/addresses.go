@@ -19,7 +19,7 @@ import (
 	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
-// Addresses checks per-network address requests, from the kvnet.io/networks
+// AddressesCheck checks per-network address requests, from the kvnet.io/networks
 // annotation and from the template's kvnet.io/addresses (what reaches the
 // launcher pod): the network is a Multus network of the VM; each IP is
 // inside the NAD's subnet when the NAD config names one; no IP or MAC is
@@ -38,10 +38,10 @@ import (
 // validation). On any other NAD that allows persistent IPs, where the claim
 // is implicit, the fixed ips win with a warning: the address is already
 // fixed by the VM's own spec, and Multus refuses an element carrying both.
-type Addresses struct{}
+type AddressesCheck struct{}
 
-// Name implements chain.Validator.
-func (Addresses) Name() string { return "address-requests" }
+// Name implements chain.VMValidator.
+func (AddressesCheck) Name() string { return "address-requests" }
 
 type addressAsk struct {
 	network string
@@ -50,8 +50,8 @@ type addressAsk struct {
 	fromTbl bool // from the template's kvnet.io/addresses
 }
 
-// Validate implements chain.Validator.
-func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
+// Validate implements chain.VMValidator.
+func (v AddressesCheck) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
 	netsValue, hasNets := req.Meta.Annotations[requested.Annotation]
 	hasNets = hasNets && addresses.MayRequest(netsValue)
 	tblValue, hasTbl := req.TemplateMeta.Annotations[addresses.Annotation]
@@ -165,7 +165,7 @@ func (v Addresses) Validate(ctx context.Context, req *chain.Request) (field.Erro
 // secondary-network pods with reallocation off, so a requested IP there is
 // a static request, and allocatePodAnnotationWithRollback fails it when the
 // network has IPAM. Primary networks have a path of their own
-// (validators.PrimaryUDN); a config without a known topology is left to
+// (validators.PrimaryUDNCheck); a config without a known topology is left to
 // OVN-K, which refuses the NAD itself.
 func ovnKubernetesAssigns(info *netattach.Info) bool {
 	if info.CNIType != netattach.CNITypeOVNKubernetes || info.Role == netattach.RolePrimary {

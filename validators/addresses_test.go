@@ -83,7 +83,7 @@ func TestAddressesOVNKubernetesStaticIPs(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			req := addrRequest(tc.nad, tc.nets, tc.tbl)
-			errs, err := Addresses{}.Validate(context.Background(), req)
+			errs, err := AddressesCheck{}.Validate(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
 			}

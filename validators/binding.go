@@ -15,10 +15,10 @@ import (
 // through, and masquerade only exists on the pod network.
 type Binding struct{}
 
-// Name implements chain.Validator.
+// Name implements chain.VMValidator.
 func (Binding) Name() string { return "binding" }
 
-// Validate implements chain.Validator.
+// Validate implements chain.VMValidator.
 func (Binding) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
 	nets, err := multusNetworks(ctx, req)
 	if err != nil {

@@ -16,10 +16,10 @@ import (
 // whichever it configured last.
 type DefaultRoute struct{}
 
-// Name implements chain.Validator.
+// Name implements chain.VMValidator.
 func (DefaultRoute) Name() string { return "default-route" }
 
-// Validate implements chain.Validator.
+// Validate implements chain.VMValidator.
 func (DefaultRoute) Validate(_ context.Context, req *chain.Request) (field.ErrorList, error) {
 	var keys []string
 	for k, v := range req.TemplateMeta.Annotations {

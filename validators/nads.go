@@ -14,10 +14,10 @@ import (
 // API server and then fails at start with a pod event few users find.
 type NADs struct{}
 
-// Name implements chain.Validator.
+// Name implements chain.VMValidator.
 func (NADs) Name() string { return "nads" }
 
-// Validate implements chain.Validator.
+// Validate implements chain.VMValidator.
 func (NADs) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
 	nets, err := multusNetworks(ctx, req)
 	if err != nil {

@@ -29,7 +29,7 @@ const OVNKubernetesCNI = "ovn-k8s-cni-overlay"
 // NAD's CNI is not one that honours IPAMClaims.
 type PersistentIPs struct{}
 
-// Name implements chain.Validator.
+// Name implements chain.VMValidator.
 func (PersistentIPs) Name() string { return "persistent-ips" }
 
 type persistentAsk struct {
@@ -38,7 +38,7 @@ type persistentAsk struct {
 	source string
 }
 
-// Validate implements chain.Validator.
+// Validate implements chain.VMValidator.
 func (v PersistentIPs) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
 	if req.Kind == chain.KindVMI {
 		if ref := metav1.GetControllerOf(req.Meta); ref != nil && ref.Kind == chain.KindVM {

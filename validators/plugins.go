@@ -20,10 +20,10 @@ import (
 // Without a visible KubeVirt CR nothing can be checked: a warning says so.
 type Plugins struct{}
 
-// Name implements chain.Validator.
+// Name implements chain.VMValidator.
 func (Plugins) Name() string { return "binding-plugins" }
 
-// Validate implements chain.Validator.
+// Validate implements chain.VMValidator.
 func (Plugins) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
 	var kv *kubevirtv1.KubeVirt
 	read := false

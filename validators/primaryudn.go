@@ -14,7 +14,7 @@ import (
 	"github.com/kvnet/kvnet/internal/persistentips"
 )
 
-// PrimaryUDN checks, on the VM, what the launcher-pod webhook would
+// PrimaryUDNCheck checks, on the VM, what the launcher-pod webhook would
 // otherwise only find out when virt-controller creates the pod, where
 // nobody reads its warnings and a refusal leaves the VM without a pod
 // (persistentIPs.primaryUDN on, in a namespace whose primary network is an
@@ -29,13 +29,13 @@ import (
 //     allowPersistentIPs, no name), or the namespace has two of them, or
 //     nothing will carry the claim (legacyClaimAnnotation off and no
 //     default-network NAD); the claim's name is not ipam-extensions'.
-type PrimaryUDN struct{}
+type PrimaryUDNCheck struct{}
 
-// Name implements chain.Validator.
-func (PrimaryUDN) Name() string { return "primary-udn-requests" }
+// Name implements chain.VMValidator.
+func (PrimaryUDNCheck) Name() string { return "primary-udn-requests" }
 
-// Validate implements chain.Validator.
-func (PrimaryUDN) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
+// Validate implements chain.VMValidator.
+func (PrimaryUDNCheck) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
 	if !req.Config.PrimaryUDNEnabled() || req.Config.Excluded(req.Namespace) {
 		return nil, nil
 	}

@@ -138,7 +138,7 @@ func TestPrimaryUDNValidator(t *testing.T) {
 			if tc.podNet != "" {
 				req.Spec.Networks[0].Name, req.Spec.Domain.Devices.Interfaces[0].Name = tc.podNet, tc.podNet
 			}
-			errs, err := PrimaryUDN{}.Validate(context.Background(), req)
+			errs, err := PrimaryUDNCheck{}.Validate(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,10 +13,10 @@ import (
 // mistake would surface at start, long after the edit that caused it.
 type Topology struct{}
 
-// Name implements chain.Validator.
+// Name implements chain.VMValidator.
 func (Topology) Name() string { return "topology" }
 
-// Validate implements chain.Validator.
+// Validate implements chain.VMValidator.
 func (Topology) Validate(_ context.Context, req *chain.Request) (field.ErrorList, error) {
 	var errs field.ErrorList
 	nets := map[string]bool{}

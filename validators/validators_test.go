@@ -105,7 +105,7 @@ type vcase struct {
 	wantWarnings int
 }
 
-func runCases(t *testing.T, v chain.Validator, cases map[string]vcase) {
+func runCases(t *testing.T, v chain.VMValidator, cases map[string]vcase) {
 	t.Helper()
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -268,7 +268,7 @@ spec:
 	otherPlugin := kubeVirt(`{` + gate + `network: {binding: {passt: {sidecarImage: x}}}}`)
 	noNetwork := kubeVirt(`{` + strings.TrimSuffix(gate, ", ") + `}`)
 	p := tspec + "domain.devices.interfaces[0].binding.name"
-	runCases(t, validators.VDPA{}, map[string]vcase{
+	runCases(t, validators.VDPACheck{}, map[string]vcase{
 		"plugin with device-info and migration": {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: good},
 		"no migration: warning":                 {spec: spec("{name: a, binding: {name: vdpa}}", ""), kv: noMigration, wantWarnings: 1},
 		// Plugins reports these three, on every network.
@@ -307,7 +307,7 @@ spec:
     devices: {interfaces: [{name: gone, bridge: {}}, {name: vf, bridge: {}}, {name: vd, binding: {name: vdpa}}, {name: orphan, bridge: {}}]}
   networks: [{name: gone, multus: {networkName: gone}}, {name: vf, multus: {networkName: vf}}, {name: vd, multus: {networkName: vd}}, {name: nointerface, pod: {}}]`, false)
 	req.Facts = testFacts(kubeVirt(`network: {binding: {vdpa: {sidecarImage: x}}}`))
-	errs, err := chain.RunValidators(context.Background(), req, app.Chains(app.Extensions{}).VMValidators)
+	errs, err := chain.RunVMValidators(context.Background(), req, app.Chains(app.Extensions{}).VMValidators)
 	if err != nil {
 		t.Fatal(err)
 	}

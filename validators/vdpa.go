@@ -12,20 +12,20 @@ import (
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
-// VDPA refuses vDPA attachments that cannot start: a binding plugin the
+// VDPACheck refuses vDPA attachments that cannot start: a binding plugin the
 // KubeVirt CR does not declare, or one that does not receive device-info
 // (the sidecar learns the /dev/vhost-vdpa-N path from it), and memory that
 // may not be locked although the device DMAs into it (memLock NotRequired,
 // or a KubeVirt CR without the ReservedOverheadMemlock gate that virt-api
 // requires for memLock). It warns that such a
 // VM cannot live-migrate unless the plugin declares a migration method.
-type VDPA struct{}
+type VDPACheck struct{}
 
-// Name implements chain.Validator.
-func (VDPA) Name() string { return "vdpa-requirements" }
+// Name implements chain.VMValidator.
+func (VDPACheck) Name() string { return "vdpa-requirements" }
 
-// Validate implements chain.Validator.
-func (VDPA) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
+// Validate implements chain.VMValidator.
+func (VDPACheck) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
 	nets, err := multusNetworks(ctx, req)
 	if err != nil {
 		return nil, err

@@ -92,13 +92,13 @@ func TestErrorClasses(t *testing.T) {
 	}
 	targets := map[string]target{
 		"mutate VM": {"mutate-" + chain.KindVM, func(f failWith) admission.Handler {
-			return &webhook.VMMutator{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: []chain.Mutator{f}}
+			return &webhook.VMMutateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: []chain.VMMutator{f}}
 		}, review(chain.KindVM, admissionv1.Create, "", vm, nil)},
 		"validate VM": {"validate-" + chain.KindVM, func(f failWith) admission.Handler {
-			return &webhook.VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.Validator{f}}
+			return &webhook.VMValidateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.VMValidator{f}}
 		}, review(chain.KindVM, admissionv1.Create, "", vm, nil)},
 		"mutate pod": {"mutate-errclass-pods", func(f failWith) admission.Handler {
-			return &webhook.PodMutator{Name: "errclass-pods", Config: cfg, Facts: facts, Mutators: []chain.PodMutator{f}}
+			return &webhook.PodMutateHandler{Name: "errclass-pods", Config: cfg, Facts: facts, Mutators: []chain.PodMutator{f}}
 		}, podReview(admissionv1.Create, "tenant-a", pod, nil)},
 	}
 	for tname, tg := range targets {
@@ -130,7 +130,7 @@ func TestErrorClasses(t *testing.T) {
 		}
 	}
 	// The validators' field errors become one 422 whose causes carry paths.
-	h := &webhook.VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.Validator{fieldErrs{}}}
+	h := &webhook.VMValidateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.VMValidator{fieldErrs{}}}
 	resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", vm, nil))
 	if resp.Allowed || code(resp) != 422 || resp.Result.Details.Causes[0].Field != "spec.template.spec.networks[0].name" {
 		t.Errorf("field errors: allowed=%v code=%d %+v", resp.Allowed, code(resp), resp.Result)

@@ -83,10 +83,10 @@ func TestPanicsBecome500(t *testing.T) {
 	facts := exampleFacts(t)
 	vm := toJSON(t, `{apiVersion: kubevirt.io/v1, kind: VirtualMachine, metadata: {name: a, namespace: dpu}, spec: {template: {spec: {domain: {devices: {}}}}}}`)
 	for name, h := range map[string]handler{
-		"mutator":   &webhook.VMMutator{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: []chain.Mutator{mutators.NetworkInjector{}, panicMutator{}}},
-		"validator": &webhook.VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.Validator{validators.Topology{}, panicValidator{}}},
+		"mutator":   &webhook.VMMutateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: []chain.VMMutator{mutators.NetworkInjector{}, panicMutator{}}},
+		"validator": &webhook.VMValidateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.VMValidator{validators.Topology{}, panicValidator{}}},
 		// A nil config source panics in the handler itself, outside any step.
-		"handler": &webhook.VMMutator{Kind: chain.KindVM, Facts: facts, Mutators: app.Chains(app.Extensions{}).VM},
+		"handler": &webhook.VMMutateHandler{Kind: chain.KindVM, Facts: facts, Mutators: app.Chains(app.Extensions{}).VM},
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", vm, nil))

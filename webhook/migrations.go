@@ -16,7 +16,7 @@ import (
 	"github.com/kvnet/kvnet/internal/lookup"
 )
 
-// MigrationValidator is the validating webhook for the
+// MigrationValidateHandler is the validating webhook for the
 // VirtualMachineInstanceMigrations of decentralized migrations. Its
 // registration sends only CREATEs of those with spec.receive or
 // spec.sendTo: KubeVirt's virt-api refuses any change to a VMIM's spec
@@ -28,18 +28,18 @@ import (
 // writes that annotation, and what the validators protect is other
 // namespaces' migrations. Namespaces kvnet's config excludes are left
 // alone, as everywhere.
-type MigrationValidator struct {
+type MigrationValidateHandler struct {
 	Config     *config.Source
 	Facts      lookup.Facts
 	Validators []chain.MigrationValidator
 }
 
 // Handle implements admission.Handler.
-func (h *MigrationValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+func (h *MigrationValidateHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	return Serve(ctx, "validate-"+chain.KindVMIM, req, h.validate)
 }
 
-func (h *MigrationValidator) validate(ctx context.Context, req admission.Request) admission.Response {
+func (h *MigrationValidateHandler) validate(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
 	}

@@ -15,38 +15,38 @@ import (
 	"github.com/kvnet/kvnet/internal/lookup"
 )
 
-// VMMutator is the mutating webhook for VirtualMachines and
+// VMMutateHandler is the mutating webhook for VirtualMachines and
 // VirtualMachineInstances. It decodes the object once, runs the mutator chain
 // on it and answers with one JSON patch.
-type VMMutator struct {
+type VMMutateHandler struct {
 	// Kind is chain.KindVM or chain.KindVMI.
 	Kind     string
 	Config   *config.Source
 	Facts    lookup.Facts
-	Mutators []chain.Mutator
+	Mutators []chain.VMMutator
 }
 
 // Handle implements admission.Handler.
-func (h *VMMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+func (h *VMMutateHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	return h.handleView(ctx, req, nil)
 }
 
-func (h *VMMutator) newView() any { return newVMView(h.Kind) }
+func (h *VMMutateHandler) newView() any { return newVMView(h.Kind) }
 
-func (h *VMMutator) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
+func (h *VMMutateHandler) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
 	return Serve(ctx, "mutate-"+h.Kind, req, func(ctx context.Context, req admission.Request) admission.Response {
 		return h.mutate(ctx, req, view)
 	})
 }
 
-func (h *VMMutator) mutate(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
+func (h *VMMutateHandler) mutate(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
 	cr, shape, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts, true, view)
 	if early != nil {
 		return *early
 	}
 	regions := cr.Regions()
 	before := snapshot(regions)
-	if err := chain.RunMutators(ctx, cr, h.Mutators); err != nil {
+	if err := chain.RunVMMutators(ctx, cr, h.Mutators); err != nil {
 		return errorResponse(ctx, err, cr.Warnings)
 	}
 	if len(cr.Changes) == 0 {

@@ -21,7 +21,7 @@ import (
 	"github.com/kvnet/kvnet/internal/patch"
 )
 
-// PodMutator is a mutating webhook for pods. Its webhook configuration
+// PodMutateHandler is a mutating webhook for pods. Its webhook configuration
 // selects the pods (objectSelector on KubeVirt's labels), so it never sees a
 // pod that is not KubeVirt's.
 //
@@ -32,7 +32,7 @@ import (
 // containers names, mounts and resources; no managedFields) and builds the
 // patch from what the mutators changed: a launcher pod's whole answer is
 // usually one replace of /metadata/annotations/k8s.v1.cni.cncf.io~1networks.
-type PodMutator struct {
+type PodMutateHandler struct {
 	// Name labels metrics and logs, e.g. "launcher-pods".
 	Name     string
 	Config   *config.Source
@@ -41,19 +41,19 @@ type PodMutator struct {
 }
 
 // Handle implements admission.Handler.
-func (h *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+func (h *PodMutateHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	return h.handleView(ctx, req, nil)
 }
 
-func (h *PodMutator) newView() any { return new(podView) }
+func (h *PodMutateHandler) newView() any { return new(podView) }
 
-func (h *PodMutator) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
+func (h *PodMutateHandler) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
 	return Serve(ctx, "mutate-"+h.Name, req, func(ctx context.Context, req admission.Request) admission.Response {
 		return h.mutatePod(ctx, req, view)
 	})
 }
 
-func (h *PodMutator) mutatePod(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
+func (h *PodMutateHandler) mutatePod(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}

@@ -55,7 +55,7 @@ func TestPodMutator(t *testing.T) {
 		return nil
 	})
 	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"virt-launcher-a","labels":{"kubevirt.io":"virt-launcher"}},"spec":{"containers":[{"name":"compute","image":"x","futureContainerField":1}]}}`)
-	h := &webhook.PodMutator{Name: "launcher-pods", Config: cfg, Facts: exampleFacts(t), Mutators: []chain.PodMutator{annotate}}
+	h := &webhook.PodMutateHandler{Name: "launcher-pods", Config: cfg, Facts: exampleFacts(t), Mutators: []chain.PodMutator{annotate}}
 
 	resp := h.Handle(context.Background(), podReview(admissionv1.Create, "tenant-a", pod, nil))
 	out := applyResponse(t, pod, resp)
@@ -73,7 +73,7 @@ func TestPodMutator(t *testing.T) {
 	}
 
 	for name, c := range map[string]struct {
-		h    *webhook.PodMutator
+		h    *webhook.PodMutateHandler
 		req  admission.Request
 		code int32
 	}{
@@ -81,13 +81,13 @@ func TestPodMutator(t *testing.T) {
 		"no pod":            {h, podReview(admissionv1.Create, "tenant-a", nil, nil), http.StatusBadRequest},
 		"null pod":          {h, podReview(admissionv1.Create, "tenant-a", []byte("null"), nil), http.StatusBadRequest},
 		"malformed old pod": {h, podReview(admissionv1.Update, "tenant-a", pod, []byte(`[`)), http.StatusBadRequest},
-		"panicking step": {&webhook.PodMutator{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error { panic("boom") })}},
+		"panicking step": {&webhook.PodMutateHandler{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error { panic("boom") })}},
 			podReview(admissionv1.Create, "tenant-a", pod, nil), http.StatusInternalServerError},
-		"user error": {&webhook.PodMutator{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error {
+		"user error": {&webhook.PodMutateHandler{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error {
 			return chain.RefuseForbidden("the pool is exhausted")
 		})}}, podReview(admissionv1.Create, "tenant-a", pod, nil), http.StatusForbidden},
 		// kvnet's own reads failing with an API status are kvnet's failure.
-		"kvnet's own 403": {&webhook.PodMutator{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error {
+		"kvnet's own 403": {&webhook.PodMutateHandler{Name: "p", Config: cfg, Mutators: []chain.PodMutator{podStep(func(*chain.PodRequest) error {
 			return fmt.Errorf("reading IPAMClaim: %w", apierrors.NewForbidden(schema.GroupResource{Resource: "ipamclaims"}, "a", nil))
 		})}}, podReview(admissionv1.Create, "tenant-a", pod, nil), http.StatusInternalServerError},
 	} {
@@ -165,7 +165,7 @@ func TestPodMutatorResourcePatch(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := &webhook.PodMutator{Name: "launcher-pods", Config: cfg, Facts: exampleFacts(t), Mutators: []chain.PodMutator{add(c.record)}}
+			h := &webhook.PodMutateHandler{Name: "launcher-pods", Config: cfg, Facts: exampleFacts(t), Mutators: []chain.PodMutator{add(c.record)}}
 			resp := h.Handle(context.Background(), podReview(admissionv1.Create, "tenant-a", []byte(c.pod), nil))
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)

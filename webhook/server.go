@@ -35,9 +35,9 @@ type Handlers map[string]admission.Handler
 // serves what it is given; cmd/kvnet/app lists what kvnet runs (app.Chains).
 type Chains struct {
 	// VM runs on VirtualMachines and VirtualMachineInstances.
-	VM []chain.Mutator
+	VM []chain.VMMutator
 	// VMValidators check what VM left, on the same objects.
-	VMValidators []chain.Validator
+	VMValidators []chain.VMValidator
 	// LauncherPod runs on virt-launcher pods (CREATE and UPDATE).
 	LauncherPod []chain.PodMutator
 	// MigrationPod runs on virt-handler and synchronization-controller pods.
@@ -52,13 +52,13 @@ type Chains struct {
 // they run the same code.
 func NewHandlers(cfg *config.Source, facts lookup.Facts, c Chains) Handlers {
 	return Handlers{
-		PathMutateVM:            &VMMutator{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: c.VM},
-		PathMutateVMI:           &VMMutator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Mutators: c.VM},
-		PathValidateVM:          &VMValidator{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: c.VMValidators},
-		PathValidateVMI:         &VMValidator{Kind: chain.KindVMI, Config: cfg, Facts: facts, Validators: c.VMValidators},
-		PathMutateLauncherPods:  &PodMutator{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: c.LauncherPod},
-		PathMutateMigrationPods: &PodMutator{Name: "migration-pods", Config: cfg, Facts: facts, Mutators: c.MigrationPod},
-		PathValidateVMIM:        &MigrationValidator{Config: cfg, Facts: facts, Validators: c.MigrationValidators},
+		PathMutateVM:            &VMMutateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: c.VM},
+		PathMutateVMI:           &VMMutateHandler{Kind: chain.KindVMI, Config: cfg, Facts: facts, Mutators: c.VM},
+		PathValidateVM:          &VMValidateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: c.VMValidators},
+		PathValidateVMI:         &VMValidateHandler{Kind: chain.KindVMI, Config: cfg, Facts: facts, Validators: c.VMValidators},
+		PathMutateLauncherPods:  &PodMutateHandler{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: c.LauncherPod},
+		PathMutateMigrationPods: &PodMutateHandler{Name: "migration-pods", Config: cfg, Facts: facts, Mutators: c.MigrationPod},
+		PathValidateVMIM:        &MigrationValidateHandler{Config: cfg, Facts: facts, Validators: c.MigrationValidators},
 	}
 }
 

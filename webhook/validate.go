@@ -16,37 +16,37 @@ import (
 	"github.com/kvnet/kvnet/internal/lookup"
 )
 
-// VMValidator is the validating webhook for VirtualMachines and standalone
+// VMValidateHandler is the validating webhook for VirtualMachines and standalone
 // VirtualMachineInstances (a VMI a VM controls is the VM's business). On UPDATE it ratchets: an error the old object
 // already had does not block the update, so a VM whose NAD was deleted can
 // still be edited (for example to remove that network).
-type VMValidator struct {
+type VMValidateHandler struct {
 	Kind       string
 	Config     *config.Source
 	Facts      lookup.Facts
-	Validators []chain.Validator
+	Validators []chain.VMValidator
 }
 
 // Handle implements admission.Handler.
-func (h *VMValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+func (h *VMValidateHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	return h.handleView(ctx, req, nil)
 }
 
-func (h *VMValidator) newView() any { return newVMView(h.Kind) }
+func (h *VMValidateHandler) newView() any { return newVMView(h.Kind) }
 
-func (h *VMValidator) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
+func (h *VMValidateHandler) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
 	return Serve(ctx, "validate-"+h.Kind, req, func(ctx context.Context, req admission.Request) admission.Response {
 		return h.validate(ctx, req, view)
 	})
 }
 
-func (h *VMValidator) validate(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
+func (h *VMValidateHandler) validate(ctx context.Context, req admission.Request, view any) (resp admission.Response) {
 	log := logf.FromContext(ctx)
 	cr, _, early := chainRequest(ctx, h.Kind, &req, h.Config, h.Facts, false, view)
 	if early != nil {
 		return *early
 	}
-	errs, err := chain.RunValidators(ctx, cr, h.Validators)
+	errs, err := chain.RunVMValidators(ctx, cr, h.Validators)
 	if err != nil {
 		return errorResponse(ctx, err, cr.Warnings)
 	}
@@ -64,14 +64,14 @@ func (h *VMValidator) validate(ctx context.Context, req admission.Request, view 
 
 // ratchet drops the errors the old object had too. If the old object cannot
 // be validated, nothing is dropped.
-func (h *VMValidator) ratchet(ctx context.Context, cr *chain.Request, ar *admissionv1.AdmissionRequest, errs field.ErrorList) field.ErrorList {
+func (h *VMValidateHandler) ratchet(ctx context.Context, cr *chain.Request, ar *admissionv1.AdmissionRequest, errs field.ErrorList) field.ErrorList {
 	old, _, err := decodeVMOrVMI(h.Kind, ar.OldObject.Raw, false, nil)
 	if err != nil {
 		return errs
 	}
 	fillRequest(old, ar)
 	old.Config, old.Facts = h.Config.Get(), h.Facts
-	oldErrs, err := chain.RunValidators(ctx, old, h.Validators)
+	oldErrs, err := chain.RunVMValidators(ctx, old, h.Validators)
 	if err != nil {
 		return errs
 	}

@@ -97,7 +97,7 @@ func TestVMPatchRemovesFromTheMiddle(t *testing.T) {
   "spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[
     {"name":"a","bridge":{},"future":"a"},{"name":"b","bridge":{},"future":"b"},{"name":"c","bridge":{},"future":"c"}]}},
   "networks":[{"name":"a","multus":{"networkName":"na"},"future":"a"},{"name":"b","multus":{"networkName":"nb"},"future":"b"},{"name":"c","multus":{"networkName":"nc"},"future":"c"}]}}}}`
-	h := &webhook.VMMutator{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.Mutator{dropNetwork{"b"}}}
+	h := &webhook.VMMutateHandler{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.VMMutator{dropNetwork{"b"}}}
 	resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil))
 	if !resp.Allowed {
 		t.Fatalf("refused: %v", resp.Result)
@@ -148,7 +148,7 @@ func (reorder) Mutate(_ context.Context, req *chain.Request) error {
 func TestVMPatchRefusesReordering(t *testing.T) {
 	vm := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"db","namespace":"tenant-a"},
   "spec":{"template":{"spec":{"domain":{"devices":{}},"networks":[{"name":"a","pod":{}},{"name":"b","multus":{"networkName":"nb"}}]}}}}`
-	h := &webhook.VMMutator{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.Mutator{reorder{}}}
+	h := &webhook.VMMutateHandler{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.VMMutator{reorder{}}}
 	resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil))
 	if resp.Allowed || code(resp) != 500 || !strings.Contains(resp.Result.Message, "/spec/template/spec/networks") {
 		t.Fatalf("allowed=%v code=%d %v; want a 500 naming the networks", resp.Allowed, code(resp), resp.Result)
@@ -194,7 +194,7 @@ func TestEveryRegionIsPatched(t *testing.T) {
 	bare := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"db","namespace":"tenant-a"},"spec":{}}`
 	for name, vm := range map[string]string{"every member": full, "no member": bare} {
 		var pointers []string
-		h := &webhook.VMMutator{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.Mutator{touchAll{&pointers}}}
+		h := &webhook.VMMutateHandler{Kind: chain.KindVM, Config: config.Static(&config.Config{}), Facts: exampleFacts(t), Mutators: []chain.VMMutator{touchAll{&pointers}}}
 		resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil))
 		if !resp.Allowed {
 			t.Fatalf("%s: refused: %v", name, resp.Result)

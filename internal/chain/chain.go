@@ -24,19 +24,19 @@ const (
 	KindVMI = "VirtualMachineInstance"
 )
 
-// Mutator changes a VM or VMI in place. It must be idempotent: running it on
+// VMMutator changes a VM or VMI in place. It must be idempotent: running it on
 // its own output changes nothing. A mutator that changes the object must say
 // so with Request.Record: the webhook computes a patch only for requests
 // with recorded changes.
-type Mutator interface {
+type VMMutator interface {
 	Name() string
 	Mutate(ctx context.Context, req *Request) error
 }
 
-// Validator checks a VM or VMI. It returns field errors for what must be
+// VMValidator checks a VM or VMI. It returns field errors for what must be
 // refused and adds warnings to the request for what is only risky; an error
 // means kvnet itself failed (a lookup), not the user.
-type Validator interface {
+type VMValidator interface {
 	Name() string
 	Validate(ctx context.Context, req *Request) (field.ErrorList, error)
 }

@@ -46,7 +46,7 @@ func (r recorder) Mutate(_ context.Context, req *chain.Request) error {
 func TestRecordMergesIntoAnnotation(t *testing.T) {
 	prev := `[{"mutator":"networks","rule":"storage","networks":["storage"]}]`
 	req := newRequest(map[string]string{chain.MutationsAnnotation: prev})
-	err := chain.RunMutators(context.Background(), req, []chain.Mutator{
+	err := chain.RunVMMutators(context.Background(), req, []chain.VMMutator{
 		recorder{"networks", "storage", []string{"storage", "extra"}},
 		recorder{"networks", "kvnet.io/networks", []string{"a"}},
 		recorder{"networks", "kvnet.io/networks", []string{"b", "a"}},
@@ -73,14 +73,14 @@ func TestRecordMergesIntoAnnotation(t *testing.T) {
 // No change, no annotation; an unreadable old record is replaced.
 func TestRecordEdges(t *testing.T) {
 	req := newRequest(nil)
-	if err := chain.RunMutators(context.Background(), req, []chain.Mutator{recorder{name: "idle"}}); err != nil {
+	if err := chain.RunVMMutators(context.Background(), req, []chain.VMMutator{recorder{name: "idle"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := req.Meta.Annotations[chain.MutationsAnnotation]; ok {
 		t.Error("annotation written without a change")
 	}
 	req = newRequest(map[string]string{chain.MutationsAnnotation: "not json"})
-	if err := chain.RunMutators(context.Background(), req, []chain.Mutator{recorder{"n", "", []string{"x"}}}); err != nil {
+	if err := chain.RunVMMutators(context.Background(), req, []chain.VMMutator{recorder{"n", "", []string{"x"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := req.Meta.Annotations[chain.MutationsAnnotation]; got != `[{"mutator":"n","networks":["x"]}]` {
@@ -144,21 +144,21 @@ func (r reporting) Validate(context.Context, *chain.Request) (field.ErrorList, e
 func TestRunnersContainFailures(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("boom")
-	if err := chain.RunMutators(ctx, newRequest(nil), []chain.Mutator{failing{boom}, panicking{}}); !errors.Is(err, boom) || !strings.Contains(err.Error(), "failing") {
+	if err := chain.RunVMMutators(ctx, newRequest(nil), []chain.VMMutator{failing{boom}, panicking{}}); !errors.Is(err, boom) || !strings.Contains(err.Error(), "failing") {
 		t.Errorf("mutator error = %v, want it wrapped with the mutator's name", err)
 	}
-	if err := chain.RunMutators(ctx, newRequest(nil), []chain.Mutator{panicking{}}); err == nil || !strings.Contains(err.Error(), "panicking") {
+	if err := chain.RunVMMutators(ctx, newRequest(nil), []chain.VMMutator{panicking{}}); err == nil || !strings.Contains(err.Error(), "panicking") {
 		t.Errorf("mutator panic = %v, want an error naming it", err)
 	}
-	if _, err := chain.RunValidators(ctx, newRequest(nil), []chain.Validator{panicking{}}); err == nil || !strings.Contains(err.Error(), "panicking") {
+	if _, err := chain.RunVMValidators(ctx, newRequest(nil), []chain.VMValidator{panicking{}}); err == nil || !strings.Contains(err.Error(), "panicking") {
 		t.Errorf("validator panic = %v", err)
 	}
-	if _, err := chain.RunValidators(ctx, newRequest(nil), []chain.Validator{failing{boom}}); !errors.Is(err, boom) {
+	if _, err := chain.RunVMValidators(ctx, newRequest(nil), []chain.VMValidator{failing{boom}}); !errors.Is(err, boom) {
 		t.Errorf("validator error = %v", err)
 	}
 	a := field.ErrorList{field.Required(field.NewPath("a"), "")}
 	b := field.ErrorList{field.Invalid(field.NewPath("b"), 1, ""), field.NotFound(field.NewPath("c"), "x")}
-	errs, err := chain.RunValidators(ctx, newRequest(nil), []chain.Validator{reporting{a}, reporting{}, reporting{b}})
+	errs, err := chain.RunVMValidators(ctx, newRequest(nil), []chain.VMValidator{reporting{a}, reporting{}, reporting{b}})
 	if err != nil || len(errs) != 3 || errs[0].Field != "a" || errs[2].Type != field.ErrorTypeNotFound {
 		t.Errorf("joined errors = %v, %v", errs, err)
 	}

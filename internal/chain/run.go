@@ -12,9 +12,9 @@ import (
 	"github.com/kvnet/kvnet/internal/metrics"
 )
 
-// RunMutators runs ms in order, then records what they changed in
+// RunVMMutators runs ms in order, then records what they changed in
 // kvnet.io/mutations.
-func RunMutators(ctx context.Context, req *Request, ms []Mutator) error {
+func RunVMMutators(ctx context.Context, req *Request, ms []VMMutator) error {
 	for _, m := range ms {
 		err := step(ctx, "mutator", m.Name(), req.Kind, func() (bool, error) {
 			if err := m.Mutate(ctx, req); err != nil {
@@ -29,8 +29,8 @@ func RunMutators(ctx context.Context, req *Request, ms []Mutator) error {
 	return recordChanges(req)
 }
 
-// RunValidators runs every validator and joins their errors.
-func RunValidators(ctx context.Context, req *Request, vs []Validator) (field.ErrorList, error) {
+// RunVMValidators runs every validator and joins their errors.
+func RunVMValidators(ctx context.Context, req *Request, vs []VMValidator) (field.ErrorList, error) {
 	var all field.ErrorList
 	for _, v := range vs {
 		err := step(ctx, "validator", v.Name(), req.Kind, func() (bool, error) {

@@ -82,10 +82,10 @@ func facts() lookup.Facts {
 	}, nil, &kubevirtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"}})
 }
 
-func newMutator(c client.Client) *Mutator {
+func newMutator(c client.Client) *AddressMutator {
 	n := 0
 	al := &Allocator{Namespace: testNS, Cache: c, API: c, Client: c}
-	return &Mutator{Alloc: al, API: c, NewToken: func() string { n++; return fmt.Sprintf("token-%d", n) }}
+	return &AddressMutator{Alloc: al, API: c, NewToken: func() string { n++; return fmt.Sprintf("token-%d", n) }}
 }
 
 func handlerPod(node, networks string) *corev1.Pod {
@@ -109,7 +109,7 @@ func syncPod() *corev1.Pod {
 	return p
 }
 
-func admit(t testing.TB, m *Mutator, cfg *config.Config, pod *corev1.Pod) (*chain.PodRequest, error) {
+func admit(t testing.TB, m *AddressMutator, cfg *config.Config, pod *corev1.Pod) (*chain.PodRequest, error) {
 	t.Helper()
 	req := &chain.PodRequest{Operation: admissionv1.Create, Namespace: pod.Namespace, Pod: pod, Config: cfg, Facts: facts()}
 	return req, m.MutatePod(context.Background(), req)
@@ -396,7 +396,7 @@ migration:
 		st.cms = append(st.cms, *al.ToConfigMap(testNS))
 		return len(st.cms) < 1000
 	})
-	m := &Mutator{Alloc: &Allocator{Namespace: testNS, Cache: st, API: st, Client: st}, API: st}
+	m := &AddressMutator{Alloc: &Allocator{Namespace: testNS, Cache: st, API: st, Client: st}, API: st}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

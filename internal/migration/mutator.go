@@ -160,11 +160,11 @@ func crossClusterNetwork(m *config.Migration) (Network, error) {
 	}, nil
 }
 
-// Mutator is the pod mutator of the migration-pods webhook (CREATE): it
+// AddressMutator is the pod mutator of the migration-pods webhook (CREATE): it
 // reserves an address per migration network and writes it into the pod's
 // Multus selection, completing the element virt-operator put there
 // ("<nad>@migration0") or adding one, and keeping every other element and key.
-type Mutator struct {
+type AddressMutator struct {
 	Alloc *Allocator
 	// API reads the API server directly (idempotency checks).
 	API client.Reader
@@ -177,10 +177,10 @@ type Mutator struct {
 }
 
 // Name implements chain.PodMutator.
-func (m *Mutator) Name() string { return MutatorName }
+func (m *AddressMutator) Name() string { return MutatorName }
 
 // MutatePod implements chain.PodMutator.
-func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
+func (m *AddressMutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	if req.Operation != admissionv1.Create || req.Config == nil || !req.Config.Migration.Enabled() {
 		return nil
 	}
@@ -275,7 +275,7 @@ func (m *Mutator) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	return nil
 }
 
-func (m *Mutator) token() string {
+func (m *AddressMutator) token() string {
 	if m.NewToken != nil {
 		return m.NewToken()
 	}
@@ -287,7 +287,7 @@ func (m *Mutator) token() string {
 // It keeps the addresses only if every one is reserved under that token and
 // no existing pod carries the token, so a copied pod manifest cannot share
 // another pod's address.
-func (m *Mutator) alreadyReserved(ctx context.Context, namespace string, nets []Network, elems []*multus.Element, token string) (bool, error) {
+func (m *AddressMutator) alreadyReserved(ctx context.Context, namespace string, nets []Network, elems []*multus.Element, token string) (bool, error) {
 	for _, n := range nets {
 		e := findElement(elems, namespace, n)
 		if e == nil {

@@ -37,7 +37,7 @@ type Capability struct {
 	Namespace  string
 	Cache      cache.Cache
 	Allocator  *Allocator
-	Mutator    *Mutator
+	Mutator    *AddressMutator
 	Reconciler *Reconciler
 }
 
@@ -99,7 +99,7 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 	recorder := mgr.GetEventRecorderFor("kvnet-migration")
 	capability := &Capability{Namespace: namespace, Cache: c}
 	capability.Allocator = &Allocator{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient()}
-	capability.Mutator = &Mutator{
+	capability.Mutator = &AddressMutator{
 		Alloc: capability.Allocator, API: mgr.GetAPIReader(), Recorder: recorder,
 		WaitSynced: func(ctx context.Context) bool {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

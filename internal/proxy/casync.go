@@ -281,7 +281,7 @@ func (d *Dialer) offerOne(ctx context.Context, peer *Peer, addr string, req []by
 // bundle, store it in that peer's slot, and say how it went.
 func (s *TargetServer) receiveCAs(ctx context.Context, log logr.Logger, peer *Peer, conn net.Conn, o *CAOffer) {
 	log = log.WithValues("request", "ca-offer")
-	deny := func(r Refusal, err error) {
+	deny := func(r RefusalCode, err error) {
 		s.refuse(log, peer.Name, r, err)
 		_, _ = conn.Write([]byte{byte(r)})
 	}

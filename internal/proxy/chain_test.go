@@ -77,7 +77,7 @@ type chain struct {
 	sourceAddr string // where the "source virt-handler" dials
 	target     *TargetServer
 	hopAddr    string
-	refusals   chan Refusal
+	refusals   chan RefusalCode
 	stop       func()
 }
 
@@ -97,13 +97,13 @@ func startChain(t testing.TB, src, dst *certstest.PKI, o chainOpts) *chain {
 	for i, p := range o.targetPorts {
 		ports[p] = []int{0, 49152, 49153}[i%3]
 	}
-	ch := &chain{refusals: make(chan Refusal, 64)}
+	ch := &chain{refusals: make(chan RefusalCode, 64)}
 	ch.target = &TargetServer{
 		Cert:     dst.Cert,
 		Peers:    []*Peer{{Name: "cluster-a", CAs: src.Pool}},
 		Resolver: &staticResolver{eps: map[string]Endpoint{"mig-1": {Address: o.targetHost, Ports: ports}}},
 		Limiter:  o.limiter, IdleTimeout: o.idle,
-		OnRefused: func(_ string, r Refusal) { ch.refusals <- r },
+		OnRefused: func(_ string, r RefusalCode) { ch.refusals <- r },
 		// The chain measures the data path: its benchmarks open far more
 		// streams a second from one source than a peer would.
 		HandshakeRate: 1e9, HandshakeBurst: 1 << 20,
@@ -121,7 +121,7 @@ func startChain(t testing.TB, src, dst *certstest.PKI, o chainOpts) *chain {
 		Upstream: func(ctx context.Context) (net.Conn, error) {
 			return d.Dial(ctx, peer, testRoute("mig-1"), uint16(port))
 		},
-		OnRefused: func(r Refusal) { ch.refusals <- r },
+		OnRefused: func(r RefusalCode) { ch.refusals <- r },
 	}
 	ln := listenOn(t, loopback(t, 2))
 	ch.sourceAddr = ln.Addr().String()

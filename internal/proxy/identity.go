@@ -273,7 +273,7 @@ type IdentityReceiver interface {
 // IdentityRefusal is an identity this cluster cannot honour; the source
 // hears Reason and the migration does not start.
 type IdentityRefusal struct {
-	Reason Refusal
+	Reason RefusalCode
 	Err    error
 }
 
@@ -297,7 +297,7 @@ type ReceiverFinder interface {
 // nothing.
 func (s *TargetServer) receiveIdentity(ctx context.Context, log logr.Logger, peer *Peer, conn net.Conn, id *Identity) {
 	log = log.WithValues("request", "identity", "migrationID", id.MigrationID, "source", id.Source.String(), "target", id.Target.String())
-	deny := func(r Refusal, err error) {
+	deny := func(r RefusalCode, err error) {
 		s.refuse(log, peer.Name, r, err)
 		_, _ = conn.Write([]byte{byte(r)})
 	}

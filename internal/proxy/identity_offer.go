@@ -57,7 +57,7 @@ const (
 // target's store or rate limits. The others (the identity does not fit
 // the receiving VM, the target pod already exists, the exchange is off)
 // stay as they are until someone changes the VMs, and are final.
-func retryableOffer(r Refusal) bool {
+func retryableOffer(r RefusalCode) bool {
 	switch r {
 	case RefusedUnknownMigration, RefusedLookup, RefusedIdentityStore, RefusedIdentityHeld, RefusedAmbiguousMigration,
 		RefusedOtherPeer, RefusedWrongVM, RefusedHandshakeRate, RefusedTooManyHandshakes:

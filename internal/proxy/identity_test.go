@@ -111,7 +111,7 @@ func TestIdentityOnlyFromTheBoundPeer(t *testing.T) {
 	addr, _ := hopServer(t, ts)
 	to := &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}
 	fromA, fromC := &Dialer{Cert: a.Cert, Mode: ModeTLS}, &Dialer{Cert: c.Cert, Mode: ModeTLS}
-	refusedWith := func(err error, want Refusal) {
+	refusedWith := func(err error, want RefusalCode) {
 		t.Helper()
 		var ref *RefusedError
 		if !errors.As(err, &ref) || ref.Reason != want {

@@ -146,7 +146,7 @@ func (l *Limiter) Release(id string) {
 }
 
 // overCapRefusal is the refusal a failed Acquire reports.
-func overCapRefusal(err error) Refusal {
+func overCapRefusal(err error) RefusalCode {
 	if errors.Is(err, errNamespaceOverCap) {
 		return RefusedNamespaceShare
 	}

@@ -143,8 +143,8 @@ func echoBack(c net.Conn, msg []byte) error {
 // carry their bytes.
 func TestRelayConnectionsAreCapped(t *testing.T) {
 	echo := echoServer(t)
-	refusals := make(chan Refusal, 8)
-	r := &Relay{Target: echo.Addr().String(), MaxConns: 2, OnRefused: func(x Refusal) { refusals <- x }}
+	refusals := make(chan RefusalCode, 8)
+	r := &Relay{Target: echo.Addr().String(), MaxConns: 2, OnRefused: func(x RefusalCode) { refusals <- x }}
 	ln := listenOn(t, "127.0.0.1")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

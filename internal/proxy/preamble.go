@@ -109,12 +109,12 @@ func readPreambleBody(r io.Reader) (Preamble, error) {
 	return p, nil
 }
 
-// Refusal is why a target proxy refused a stream; it is the metric label
+// RefusalCode is why a target proxy refused a stream; it is the metric label
 // and travels back in the verdict.
-type Refusal byte
+type RefusalCode byte
 
 const (
-	accepted Refusal = iota
+	accepted RefusalCode = iota
 	RefusedBadPreamble
 	RefusedMode
 	RefusedUnknownMigration
@@ -146,7 +146,7 @@ const (
 	RefusedIdentityHeld
 )
 
-var refusalNames = map[Refusal]string{
+var refusalNames = map[RefusalCode]string{
 	RefusedBadPreamble:        "bad-preamble",
 	RefusedMode:               "mode-not-allowed",
 	RefusedUnknownMigration:   "unknown-migration",
@@ -178,7 +178,7 @@ var refusalNames = map[Refusal]string{
 	RefusedIdentityHeld:       "identity-held",
 }
 
-func (r Refusal) String() string {
+func (r RefusalCode) String() string {
 	if s, ok := refusalNames[r]; ok {
 		return s
 	}
@@ -186,7 +186,7 @@ func (r Refusal) String() string {
 }
 
 // RefusedError is what the source side sees when its peer refused a stream.
-type RefusedError struct{ Reason Refusal }
+type RefusedError struct{ Reason RefusalCode }
 
 func (e *RefusedError) Error() string {
 	return "the peer proxy refused the stream: " + e.Reason.String()
@@ -200,8 +200,8 @@ func readVerdict(r io.Reader) error {
 	if _, err := io.ReadFull(r, b[:]); err != nil {
 		return fmt.Errorf("reading the peer proxy's verdict: %w", err)
 	}
-	if Refusal(b[0]) != accepted {
-		return &RefusedError{Reason: Refusal(b[0])}
+	if RefusalCode(b[0]) != accepted {
+		return &RefusedError{Reason: RefusalCode(b[0])}
 	}
 	return nil
 }

@@ -18,11 +18,11 @@ import (
 )
 
 // hopServer runs a TargetServer on loopback and reports its refusals.
-func hopServer(t *testing.T, ts *TargetServer) (addr string, refusals chan Refusal) {
+func hopServer(t *testing.T, ts *TargetServer) (addr string, refusals chan RefusalCode) {
 	t.Helper()
-	refusals = make(chan Refusal, 64)
+	refusals = make(chan RefusalCode, 64)
 	ts.Log = logr.Discard()
-	ts.OnRefused = func(_ string, r Refusal) { refusals <- r }
+	ts.OnRefused = func(_ string, r RefusalCode) { refusals <- r }
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func hopServer(t *testing.T, ts *TargetServer) (addr string, refusals chan Refus
 	return ln.Addr().String(), refusals
 }
 
-func nextRefusal(t *testing.T, ch chan Refusal) Refusal {
+func nextRefusal(t *testing.T, ch chan RefusalCode) RefusalCode {
 	t.Helper()
 	select {
 	case r := <-ch:

@@ -60,7 +60,7 @@ type Relay struct {
 	// OnDialError, if set, is called when the upstream cannot be reached;
 	// OnRefused with each refused client. Tests observe failures with them.
 	OnDialError func(error)
-	OnRefused   func(Refusal)
+	OnRefused   func(RefusalCode)
 
 	conns atomic.Int64
 }
@@ -228,7 +228,7 @@ func (r *Relay) handle(ctx context.Context, src net.Conn) {
 	runStream(ctx, log, "source", r.MigrationID, r.IdleTimeout, src, dst)
 }
 
-func (r *Relay) refuse(log logr.Logger, reason Refusal, err error) {
+func (r *Relay) refuse(log logr.Logger, reason RefusalCode, err error) {
 	refused.WithLabelValues("source", reason.String()).Inc()
 	if err != nil {
 		log.Info("refused a stream", "migrationID", r.MigrationID, "namespace", r.Namespace, "reason", reason.String(), "error", err.Error())

@@ -34,7 +34,7 @@ type ClusterResolver struct {
 // ResolveError is a migration the resolver found but must not dial; the
 // target refuses the stream with Reason.
 type ResolveError struct {
-	Reason Refusal
+	Reason RefusalCode
 	Err    error
 }
 

@@ -61,7 +61,7 @@ type TargetServer struct {
 	// Log receives stream events and refusals.
 	Log logr.Logger
 	// OnRefused, if set, is called with each refusal (tests observe them).
-	OnRefused func(peer string, r Refusal)
+	OnRefused func(peer string, r RefusalCode)
 	// CAs stores the KubeVirt CA bundles peers offer; nil refuses them.
 	CAs CAReceiver
 	// Identities takes the network identities of migrations peers send
@@ -169,7 +169,7 @@ func (s *TargetServer) tlsConfig() *tls.Config {
 	return cfg
 }
 
-type handshakeRefusal struct{ r Refusal }
+type handshakeRefusal struct{ r RefusalCode }
 
 func (e *handshakeRefusal) Error() string { return "peer certificate refused: " + e.r.String() }
 
@@ -201,7 +201,7 @@ func namesPeer(leaf *x509.Certificate, name string) bool {
 	return false
 }
 
-func (s *TargetServer) refuse(log logr.Logger, peer string, r Refusal, err error) {
+func (s *TargetServer) refuse(log logr.Logger, peer string, r RefusalCode, err error) {
 	refused.WithLabelValues("target", r.String()).Inc()
 	if err != nil {
 		log.Info("refused a stream", "peer", peer, "reason", r.String(), "error", err.Error())
@@ -276,7 +276,7 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 			return
 		}
 	}
-	deny := func(r Refusal, err error) {
+	deny := func(r RefusalCode, err error) {
 		s.refuse(log, peer.Name, r, err)
 		_, _ = verdict.Write([]byte{byte(r)})
 	}
@@ -345,7 +345,7 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 
 // lookupVerdict is the refusal, if any, that a migration lookup's outcome
 // calls for (accepted when the migration was found).
-func lookupVerdict(found bool, err error) (Refusal, error) {
+func lookupVerdict(found bool, err error) (RefusalCode, error) {
 	var re *ResolveError
 	switch {
 	case errors.As(err, &re):
@@ -359,7 +359,7 @@ func lookupVerdict(found bool, err error) (Refusal, error) {
 }
 
 // bindVerdict is the refusal, if any, of binding a migration to a peer.
-func bindVerdict(bound bool, err error) (Refusal, error) {
+func bindVerdict(bound bool, err error) (RefusalCode, error) {
 	switch {
 	case err != nil:
 		return RefusedLookup, err

@@ -230,7 +230,7 @@ func equalTarget(a, b kubevirtv1.VirtualMachineInstanceMigrationTargetState) boo
 }
 
 // refusedTotal is the target side's kvnet_proxy_refused_total for r.
-func refusedTotal(t *testing.T, r proxy.Refusal) float64 {
+func refusedTotal(t *testing.T, r proxy.RefusalCode) float64 {
 	t.Helper()
 	mfs, err := metrics.Registry.Gather()
 	if err != nil {

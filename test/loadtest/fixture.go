@@ -133,7 +133,7 @@ func (f *Fixture) Handlers() webhook.Handlers {
 		// Config has no migration section, so the mutator returns before
 		// it would reserve an address: it needs no allocator here (see
 		// VirtHandlerPod).
-		MigrationPod: []chain.PodMutator{&migration.Mutator{}},
+		MigrationPod: []chain.PodMutator{&migration.AddressMutator{}},
 	}))
 	// `kvnet proxy` serves the migration-status rewrite (see statusRewriter).
 	hs[webhook.PathMutateVMIMigrationStatus] = f.statusRewriter()

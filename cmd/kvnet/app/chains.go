@@ -27,10 +27,10 @@ type Extensions struct {
 // VirtualMachineInstanceMigrations have validators of their own.
 func Chains(ext Extensions) webhook.Chains {
 	return webhook.Chains{
-		VM: []chain.Mutator{mutators.NetworkInjector{}, mutators.Addresses{}, mutators.VDPA{}, mutators.KubeOVN{}},
-		VMValidators: []chain.Validator{
+		VM: []chain.VMMutator{mutators.NetworkInjector{}, mutators.Addresses{}, mutators.VDPA{}, mutators.KubeOVN{}},
+		VMValidators: []chain.VMValidator{
 			validators.Topology{}, validators.NADs{}, validators.Binding{}, validators.Plugins{}, validators.DefaultRoute{},
-			validators.VDPA{}, validators.PersistentIPs{}, validators.PrimaryUDN{}, validators.Addresses{},
+			validators.VDPACheck{}, validators.PersistentIPs{}, validators.PrimaryUDNCheck{}, validators.AddressesCheck{},
 		},
 		LauncherPod: slices.Concat(
 			[]chain.PodMutator{mutators.KubeOVNPod{}, mutators.AddressesPod{}},

@@ -14,8 +14,8 @@ import (
 // every webhook path has a name of its own.
 func TestStepNamesAreUnique(t *testing.T) {
 	c := Chains(Extensions{
-		LauncherPod:  []chain.PodMutator{mutators.ClaimRefs{}, mutators.PrimaryUDN{}},
-		MigrationPod: []chain.PodMutator{&migration.Mutator{}, migration.Sidecar{}},
+		LauncherPod:  []chain.PodMutator{mutators.ClaimRefs{}, mutators.PrimaryUDNPod{}},
+		MigrationPod: []chain.PodMutator{&migration.AddressMutator{}, migration.Sidecar{}},
 	})
 	var names []string
 	for _, s := range c.VM {

@@ -61,6 +61,6 @@ func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source,
 		mutators.ClaimRefs{Cache: mgr.GetCache(), API: mgr.GetAPIReader()},
 		// After ClaimRefs: it acts on the claim references ClaimRefs set.
 		mutators.ReceivedIdentity{Cache: mgr.GetCache(), API: mgr.GetAPIReader()},
-		mutators.PrimaryUDN{Cache: mgr.GetCache(), API: mgr.GetAPIReader()})
+		mutators.PrimaryUDNPod{Cache: mgr.GetCache(), API: mgr.GetAPIReader()})
 	return nil
 }
