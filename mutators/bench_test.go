@@ -24,7 +24,7 @@ spec:
       domain: {devices: {}}
 `
 	ctx := context.Background()
-	ms := app.Chains(app.Extensions{}).VM
+	ms := app.Chains(app.Capabilities{}).VM
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()

@@ -65,7 +65,7 @@ func TestChangesAreAlwaysRecorded(t *testing.T) {
 			if chain.SkipReason(req) != "" {
 				break
 			}
-			if err := chain.RunVMMutators(context.Background(), req, app.Chains(app.Extensions{}).VM); err != nil {
+			if err := chain.RunVMMutators(context.Background(), req, app.Chains(app.Capabilities{}).VM); err != nil {
 				t.Fatalf("%s run %d: %v", d.Source, run, err)
 			}
 			after, _ := json.Marshal(&vm)

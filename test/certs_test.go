@@ -301,7 +301,7 @@ func replicaManager(so app.ServeOptions, cfg *config.Source) (manager.Manager, e
 	if err != nil {
 		return nil, err
 	}
-	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, lookup.NewReader(mgr.GetCache()), app.Chains(app.Extensions{})))
+	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, lookup.NewReader(mgr.GetCache()), app.Chains(app.Capabilities{})))
 	return mgr, nil
 }
 

@@ -307,7 +307,7 @@ spec:
     devices: {interfaces: [{name: gone, bridge: {}}, {name: vf, bridge: {}}, {name: vd, binding: {name: vdpa}}, {name: orphan, bridge: {}}]}
   networks: [{name: gone, multus: {networkName: gone}}, {name: vf, multus: {networkName: vf}}, {name: vd, multus: {networkName: vd}}, {name: nointerface, pod: {}}]`, false)
 	req.Facts = testFacts(kubeVirt(`network: {binding: {vdpa: {sidecarImage: x}}}`))
-	errs, err := chain.RunVMValidators(context.Background(), req, app.Chains(app.Extensions{}).VMValidators)
+	errs, err := chain.RunVMValidators(context.Background(), req, app.Chains(app.Capabilities{}).VMValidators)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,7 +155,7 @@ func (m *baselineMutator) Handle(ctx context.Context, req admission.Request) adm
 		SpecPath: field.NewPath("spec", "template", "spec"), TemplateMetaPath: field.NewPath("spec", "template", "metadata"),
 		Config: m.cfg, Facts: m.facts,
 	}
-	if err := chain.RunVMMutators(ctx, cr, app.Chains(app.Extensions{}).VM); err != nil {
+	if err := chain.RunVMMutators(ctx, cr, app.Chains(app.Capabilities{}).VM); err != nil {
 		return admission.Errored(500, err)
 	}
 	marshalled, err := json.Marshal(&vm)

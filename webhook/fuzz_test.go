@@ -234,7 +234,7 @@ func FuzzLauncherPods(f *testing.F) {
 	}
 	cfg := exampleConfig(f)
 	cfg.KubeOVN.LegacyLiveMigration = true
-	h := webhook.NewHandlers(config.Static(cfg), exampleFacts(f), app.Chains(app.Extensions{}))[webhook.PathMutateLauncherPods]
+	h := webhook.NewHandlers(config.Static(cfg), exampleFacts(f), app.Chains(app.Capabilities{}))[webhook.PathMutateLauncherPods]
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update} {

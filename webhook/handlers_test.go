@@ -86,7 +86,7 @@ func TestPanicsBecome500(t *testing.T) {
 		"mutator":   &webhook.VMMutateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: []chain.VMMutator{mutators.NetworkInjector{}, panicMutator{}}},
 		"validator": &webhook.VMValidateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.VMValidator{validators.Topology{}, panicValidator{}}},
 		// A nil config source panics in the handler itself, outside any step.
-		"handler": &webhook.VMMutateHandler{Kind: chain.KindVM, Facts: facts, Mutators: app.Chains(app.Extensions{}).VM},
+		"handler": &webhook.VMMutateHandler{Kind: chain.KindVM, Facts: facts, Mutators: app.Chains(app.Capabilities{}).VM},
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", vm, nil))
@@ -161,7 +161,7 @@ func (failingFacts) IPAMExtensions(context.Context) (string, error) {
 }
 
 func TestLookupFailureIs500WithContext(t *testing.T) {
-	hs := webhook.NewHandlers(config.Static(exampleConfig(t)), failingFacts{}, app.Chains(app.Extensions{}))
+	hs := webhook.NewHandlers(config.Static(exampleConfig(t)), failingFacts{}, app.Chains(app.Capabilities{}))
 	vm := toJSON(t, `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine

@@ -57,7 +57,7 @@ func exampleConfig(t testing.TB) *config.Config {
 }
 
 func exampleHandlers(t testing.TB) webhook.Handlers {
-	return webhook.NewHandlers(config.Static(exampleConfig(t)), exampleFacts(t), app.Chains(app.Extensions{}))
+	return webhook.NewHandlers(config.Static(exampleConfig(t)), exampleFacts(t), app.Chains(app.Capabilities{}))
 }
 
 // review builds the admission request the API server would send.

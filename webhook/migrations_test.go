@@ -29,7 +29,7 @@ func TestMigrationValidatorAnswers(t *testing.T) {
 		Status:     kubevirtv1.VirtualMachineInstanceMigrationStatus{Phase: kubevirtv1.MigrationWaitingForSync},
 	}}
 	cfg := config.Static(exampleConfig(t))
-	hs := webhook.NewHandlers(cfg, facts, app.Chains(app.Extensions{}))
+	hs := webhook.NewHandlers(cfg, facts, app.Chains(app.Capabilities{}))
 	copied := toJSON(t, `{metadata: {name: copy-in, namespace: victim, annotations: {kvnet.io/skip: "true"}}, spec: {vmiName: vm1, receive: {migrationID: mig-victim}}}`)
 	for name, c := range map[string]struct {
 		h    webhook.Handlers
@@ -43,7 +43,7 @@ func TestMigrationValidatorAnswers(t *testing.T) {
 		"an excluded namespace":          {h: hs, op: admissionv1.Create, obj: toJSON(t, `{metadata: {name: copy-in, namespace: kvnet-system}, spec: {vmiName: vm1, receive: {migrationID: mig-victim}}}`)},
 		"an UPDATE (virt-api's to stop)": {h: hs, op: admissionv1.Update, obj: copied},
 		"undecodable":                    {h: hs, op: admissionv1.Create, obj: []byte(`{"spec": {"receive": {"migrationID": 7}}}`), code: http.StatusBadRequest},
-		"the cache cannot answer": {h: webhook.NewHandlers(cfg, failingFacts{}, app.Chains(app.Extensions{})), op: admissionv1.Create, obj: copied,
+		"the cache cannot answer": {h: webhook.NewHandlers(cfg, failingFacts{}, app.Chains(app.Capabilities{})), op: admissionv1.Create, obj: copied,
 			code: http.StatusInternalServerError},
 	} {
 		t.Run(name, func(t *testing.T) {

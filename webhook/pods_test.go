@@ -215,7 +215,10 @@ func TestPodPatchRefusesDuplicateMembers(t *testing.T) {
 		}
 		return nil
 	})
-	hs := webhook.NewHandlers(cfg, exampleFacts(t), app.Chains(app.Extensions{LauncherPod: []chain.PodMutator{change}, MigrationPod: []chain.PodMutator{change}}))
+	hs := webhook.NewHandlers(cfg, exampleFacts(t), app.Chains(app.Capabilities{
+		PersistentIPs: app.PersistentIPSteps{ClaimRefs: change},
+		Migration:     app.MigrationSteps{Addresses: change},
+	}))
 	for name, c := range map[string]struct {
 		pod string
 		// dup is the member the 400 names; "" means admitted, with a

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/migration"
@@ -128,12 +127,12 @@ func NewFixture() (*Fixture, error) {
 // Handlers are kvnet's handlers on the fixture, as `kvnet webhook` builds
 // them with persistent IPs on.
 func (f *Fixture) Handlers() webhook.Handlers {
-	hs := webhook.NewHandlers(config.Static(f.Config), f.Facts, app.Chains(app.Extensions{
-		LauncherPod: []chain.PodMutator{mutators.ClaimRefs{Cache: f.Cache}},
+	hs := webhook.NewHandlers(config.Static(f.Config), f.Facts, app.Chains(app.Capabilities{
+		PersistentIPs: app.PersistentIPSteps{ClaimRefs: mutators.ClaimRefs{Cache: f.Cache}},
 		// Config has no migration section, so the mutator returns before
 		// it would reserve an address: it needs no allocator here (see
 		// VirtHandlerPod).
-		MigrationPod: []chain.PodMutator{&migration.AddressMutator{}},
+		Migration: app.MigrationSteps{Addresses: &migration.AddressMutator{}},
 	}))
 	// `kvnet proxy` serves the migration-status rewrite (see statusRewriter).
 	hs[webhook.PathMutateVMIMigrationStatus] = f.statusRewriter()

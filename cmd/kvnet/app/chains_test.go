@@ -3,20 +3,24 @@ package app
 import (
 	"testing"
 
-	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/migration"
-	"github.com/kvnet/kvnet/mutators"
 )
 
 // Step names label kvnet_step_calls_total and name the step in logs and
 // kvnet.io/mutations, so two steps sharing one would add their counts
-// together (the vDPA mutator and validator once did): every step behind
-// every webhook path has a name of its own.
+// together: every step behind every webhook path has a name of its own.
+// The chains are built as `kvnet webhook` builds them, every capability on.
 func TestStepNamesAreUnique(t *testing.T) {
-	c := Chains(Extensions{
-		LauncherPod:  []chain.PodMutator{mutators.ClaimRefs{}, mutators.PrimaryUDNPod{}},
-		MigrationPod: []chain.PodMutator{&migration.AddressMutator{}, migration.Sidecar{}},
+	c := Chains(Capabilities{
+		PersistentIPs: persistentIPSteps(nil, nil),
+		Migration:     migrationSteps(&migration.AddressMutator{}),
 	})
+	if n := len(c.LauncherPod); n != 6 {
+		t.Errorf("%d launcher-pod steps with every capability on, want 6", n)
+	}
+	if n := len(c.MigrationPod); n != 2 {
+		t.Errorf("%d migration-pod steps with every capability on, want 2", n)
+	}
 	var names []string
 	for _, s := range c.VM {
 		names = append(names, s.Name())

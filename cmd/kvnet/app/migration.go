@@ -15,16 +15,14 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 )
 
-// migrationExtension adds the migration-address allocator to the
-// migration-pods webhook and its controller to the manager.
-func migrationExtension(ctx context.Context, mgr manager.Manager, cfg *config.Source, ext *Extensions, namespace string) error {
+// migrationNetworks adds the migration-address controller to the manager
+// and returns the migration-pod steps around its allocator.
+func migrationNetworks(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespace string) (MigrationSteps, error) {
 	c, err := migration.Setup(ctx, mgr, cfg, namespace)
 	if err != nil {
-		return fmt.Errorf("setting up migration networks: %w", err)
+		return MigrationSteps{}, fmt.Errorf("setting up migration networks: %w", err)
 	}
-	// Addresses first: a pod refused for its address gets no sidecar either.
-	ext.MigrationPod = append(ext.MigrationPod, c.Mutator, migration.Sidecar{})
-	return nil
+	return migrationSteps(c.Mutator), nil
 }
 
 // migrationIPsCommand prints the allocation table from the cluster and, with

@@ -56,7 +56,7 @@ func (f *offlineFlags) run(c *cobra.Command, emit func(offline.Result) error) er
 		d := cfg.Default("")
 		cfg = &d
 	}
-	a := offline.NewAdmitter(cfg, facts, Chains(Extensions{}), persistentIPsPreview(cfg, facts))
+	a := offline.NewAdmitter(cfg, facts, Chains(Capabilities{}), persistentIPsPreview(cfg, facts))
 	a.Namespace = f.namespace
 	for _, d := range docs {
 		res, ok, err := a.Admit(c.Context(), d)

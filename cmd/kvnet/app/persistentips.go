@@ -14,7 +14,6 @@ import (
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/offline"
 	"github.com/kvnet/kvnet/internal/persistentips"
-	"github.com/kvnet/kvnet/mutators"
 )
 
 // persistentIPsPreview lets kvnet mutate print the claims next to the VM
@@ -25,8 +24,8 @@ func persistentIPsPreview(cfg *config.Config, facts lookup.Facts) offline.Relate
 	}
 }
 
-// persistentIPs adds the IPAMClaim controller and the launcher-pod mutator
-// that references its claims. Both are always wired; the config switch
+// persistentIPs adds the IPAMClaim controller to the manager and returns
+// the launcher-pod steps that reference its claims. Both are always wired; the config switch
 // persistentIPs.enabled decides per reconcile and per request, so turning it
 // off takes effect on reload and claims are still released.
 //
@@ -35,32 +34,27 @@ func persistentIPsPreview(cfg *config.Config, facts lookup.Facts) offline.Relate
 // launcher-pod references (turning persistent IPs on then needs the CRD and
 // a restart). Without it and with persistent IPs on, kvnet refuses to start
 // and says which CRD is missing.
-func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts, ext *Extensions) error {
+func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source, facts lookup.Facts) (PersistentIPSteps, error) {
 	gvk := ipamv1alpha1.SchemeGroupVersion.WithKind("IPAMClaim")
 	if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); meta.IsNoMatchError(err) {
 		if cfg.Get().PersistentIPsEnabled() {
-			return fmt.Errorf("persistentIPs.enabled is true, but the API server has no %s (CRD ipamclaims.k8s.cni.cncf.io): install it, or set persistentIPs.enabled: false: %w", gvk, err)
+			return PersistentIPSteps{}, fmt.Errorf("persistentIPs.enabled is true, but the API server has no %s (CRD ipamclaims.k8s.cni.cncf.io): install it, or set persistentIPs.enabled: false: %w", gvk, err)
 		}
 		mgr.GetLogger().Info("the IPAMClaim CRD is not installed and persistent IPs are off: the persistent-IP controller is not started; install the CRD and restart kvnet to turn them on")
-		return nil
+		return PersistentIPSteps{}, nil
 	} else if err != nil {
-		return fmt.Errorf("looking up the IPAMClaim kind: %w", err)
+		return PersistentIPSteps{}, fmt.Errorf("looking up the IPAMClaim kind: %w", err)
 	}
 	// Start the informers the pod mutator reads with the manager, so the
 	// readiness check waits for them instead of the first pod paying for it.
 	for _, obj := range []client.Object{&kubevirtv1.VirtualMachineInstance{}, &ipamv1alpha1.IPAMClaim{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
-			return fmt.Errorf("starting informer for %T: %w", obj, err)
+			return PersistentIPSteps{}, fmt.Errorf("starting informer for %T: %w", obj, err)
 		}
 	}
 	r := &persistentips.Reconciler{Facts: facts, Config: cfg, Events: mgr.GetEventRecorder("kvnet-persistentips")}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("persistent IPs controller: %w", err)
+		return PersistentIPSteps{}, fmt.Errorf("persistent IPs controller: %w", err)
 	}
-	ext.LauncherPod = append(ext.LauncherPod,
-		mutators.ClaimRefs{Cache: mgr.GetCache(), API: mgr.GetAPIReader()},
-		// After ClaimRefs: it acts on the claim references ClaimRefs set.
-		mutators.ReceivedIdentity{Cache: mgr.GetCache(), API: mgr.GetAPIReader()},
-		mutators.PrimaryUDNPod{Cache: mgr.GetCache(), API: mgr.GetAPIReader()})
-	return nil
+	return persistentIPSteps(mgr.GetCache(), mgr.GetAPIReader()), nil
 }

@@ -156,9 +156,8 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 		return nil, err
 	}
 	// What `kvnet webhook` runs besides the VM and VMI webhooks, in order.
-	// Each capability gets only what it uses; the pod mutators it
-	// contributes go into ext.
-	var ext Extensions
+	// Each capability gets only what it uses and hands in its steps.
+	var caps Capabilities
 	if err := SetUpCerts(ctx, mgr, o.Certs, &o); err != nil {
 		return nil, err
 	}
@@ -167,16 +166,16 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	if err := metrics.checkCertDir(); err != nil {
 		return nil, err
 	}
-	if err := migrationExtension(ctx, mgr, cfg, &ext, o.Namespace); err != nil {
+	if caps.Migration, err = migrationNetworks(ctx, mgr, cfg, o.Namespace); err != nil {
 		return nil, err
 	}
-	if err := persistentIPs(ctx, mgr, cfg, facts, &ext); err != nil {
+	if caps.PersistentIPs, err = persistentIPs(ctx, mgr, cfg, facts); err != nil {
 		return nil, err
 	}
 	if err := migrationProxyExtension(ctx, mgr, o.Namespace); err != nil {
 		return nil, err
 	}
-	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, facts, Chains(ext)))
+	webhook.Register(mgr.GetWebhookServer(), webhook.NewHandlers(cfg, facts, Chains(caps)))
 	if o.PodWebhooksConfiguration != "" {
 		if err := mgr.Add(&webhook.Registrar{
 			Name: o.PodWebhooksConfiguration, Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
