@@ -87,15 +87,18 @@ func (PrimaryUDNCheck) Validate(ctx context.Context, req *chain.Request) (field.
 		want.MAC = iface.MacAddress
 	}
 	if raw, ok := ann[primaryudn.AddressesAnnotation]; ok {
-		ips, err := primaryudn.PrimaryIPs(raw, pod.Name, info)
-		if err == nil && len(ips) > 0 {
-			var lookupErr error
-			if err, lookupErr = claimHolds(ctx, req, want.Claim, ips); lookupErr != nil {
-				return nil, lookupErr
+		ips, bad := primaryudn.PrimaryIPs(raw, pod.Name, info)
+		problem := ""
+		switch {
+		case bad != nil:
+			problem = bad.Error()
+		case len(ips) > 0:
+			if problem, err = claimHolds(ctx, req, want.Claim, ips); err != nil {
+				return nil, err
 			}
 		}
-		if err != nil {
-			errs = append(errs, field.Invalid(annPath.Key(primaryudn.AddressesAnnotation), raw, fmt.Sprintf("pod network %s: %v", pod.Name, err)))
+		if problem != "" {
+			errs = append(errs, field.Invalid(annPath.Key(primaryudn.AddressesAnnotation), raw, fmt.Sprintf("pod network %s: %s", pod.Name, problem)))
 		}
 		want.IPs = ips
 	}
@@ -120,17 +123,20 @@ func (PrimaryUDNCheck) Validate(ctx context.Context, req *chain.Request) (field.
 // this object controls counts (by UID, so not on CREATE: a claim of that
 // name then belongs to an earlier VM being released, or to someone else).
 // The claim comes from the informer cache; a failure to read it is kvnet's
-// (err), a claim holding other IPs the user's (mismatch).
-func claimHolds(ctx context.Context, req *chain.Request, name string, ips []string) (mismatch, err error) {
+// (err), a claim holding other IPs the user's: mismatch says what it holds.
+func claimHolds(ctx context.Context, req *chain.Request, name string, ips []string) (mismatch string, err error) {
 	if req.Meta.UID == "" {
-		return nil, nil
+		return "", nil
 	}
 	c, err := req.Facts.IPAMClaim(ctx, req.Namespace, name)
 	if err != nil || c == nil {
-		return nil, err
+		return "", err
 	}
 	if ref := metav1.GetControllerOf(c); ref == nil || ref.UID != req.Meta.UID {
-		return nil, nil
+		return "", nil
 	}
-	return primaryudn.ClaimHolds(c, ips), nil
+	if held := primaryudn.ClaimHolds(c, ips); held != nil {
+		return held.Error(), nil
+	}
+	return "", nil
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -97,11 +98,15 @@ func decodeView[V any](raw []byte, members map[string]bool, view any) (*V, *dupl
 
 // duplicateMember is a member a patch relies on that the object gives
 // twice: not a decoding failure (the decode merged both copies), but a
-// reason to refuse the request if it needs a patch. It carries the strict
-// decoder's error, which names the field.
-type duplicateMember struct{ err error }
+// reason to refuse the request if it needs a patch. The decoder's message
+// names the field.
+type duplicateMember apijson.Duplicate
 
-func (d *duplicateMember) Error() string { return d.err.Error() }
+// refusal is the 400 a request with d is answered with when it needs a
+// patch.
+func (d *duplicateMember) refusal() admission.Response {
+	return admission.Errored(http.StatusBadRequest, errors.New(d.Message))
+}
 
 // unmarshalNoting decodes raw into v as apijson.Unmarshal does and returns
 // the first duplicate of one of members, the members a patch relies on (a
@@ -116,13 +121,13 @@ func unmarshalNoting(raw []byte, v any, members map[string]bool) (*duplicateMemb
 	if members == nil {
 		return nil, apijson.Unmarshal(raw, v)
 	}
-	strict, err := apijson.UnmarshalStrict(raw, v)
+	dups, err := apijson.UnmarshalStrict(raw, v)
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range strict {
-		if f, ok := e.(interface{ FieldPath() string }); ok && members[withoutIndexes(f.FieldPath())] {
-			return &duplicateMember{err: e}, nil
+	for _, d := range dups {
+		if members[withoutIndexes(d.Path)] {
+			return (*duplicateMember)(&d), nil
 		}
 	}
 	return nil, nil

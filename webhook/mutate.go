@@ -57,7 +57,7 @@ func (h *VMMutateHandler) mutate(ctx context.Context, req admission.Request, vie
 		return resp
 	}
 	if shape.duplicate != nil {
-		return admission.Errored(http.StatusBadRequest, shape.duplicate)
+		return shape.duplicate.refusal()
 	}
 	ops, err := vmPatch(req.Object.Raw, shape, regions, before)
 	if err != nil {

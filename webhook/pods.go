@@ -81,7 +81,7 @@ func (h *PodMutateHandler) mutatePod(ctx context.Context, req admission.Request,
 	// its patch, and a refusal after it would leave that reservation held
 	// until it expires.
 	if present.duplicate != nil {
-		return admission.Errored(http.StatusBadRequest, present.duplicate)
+		return present.duplicate.refusal()
 	}
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		old, _, err := decodePodView(req.OldObject.Raw, nil, nil)

@@ -44,18 +44,39 @@ func Unmarshal(raw []byte, v any) error {
 	return V1(raw, v)
 }
 
+// Duplicate is a member name an object gives twice. The API server warns
+// of one (with fieldValidation=Strict, refuses it) and keeps the last
+// copy; it is not a decoding failure.
+type Duplicate struct {
+	// Path is the member's field path, as "spec.containers[2].resources"
+	// ("" when the decoder does not say).
+	Path string
+	// Message is the decoder's text, which names the member.
+	Message string
+}
+
 // UnmarshalStrict decodes raw into v as Unmarshal does and also returns
-// the strict decoding errors the API server reports as warnings or, with
-// fieldValidation=Strict, refuses: duplicate member names. v2 refuses any
-// duplicate, so when it decodes raw there is none.
-func UnmarshalStrict(raw []byte, v any) (strict []error, err error) {
+// the member names raw gives twice, which the API server's strict decoding
+// reports. v2 refuses any duplicate, so when it decodes raw there is none.
+func UnmarshalStrict(raw []byte, v any) ([]Duplicate, error) {
 	if Fast(raw, v) {
 		if jsonv2.Unmarshal(raw, v) == nil {
 			return nil, nil
 		}
 		reflect.ValueOf(v).Elem().SetZero()
 	}
-	return kjson.UnmarshalStrict(raw, v, kjson.DisallowDuplicateFields)
+	strict, err := kjson.UnmarshalStrict(raw, v, kjson.DisallowDuplicateFields)
+	if err != nil || len(strict) == 0 {
+		return nil, err
+	}
+	dups := make([]Duplicate, len(strict))
+	for i, e := range strict {
+		dups[i].Message = e.Error()
+		if f, ok := e.(interface{ FieldPath() string }); ok {
+			dups[i].Path = f.FieldPath()
+		}
+	}
+	return dups, nil
 }
 
 // Fast reports whether the v2 decode is tried for raw into v: raw must be

@@ -96,12 +96,12 @@ func TestUnmarshalErrorsAreV1s(t *testing.T) {
 // decoding does, and none when v2 decoded the input.
 func TestUnmarshalStrict(t *testing.T) {
 	var o object
-	strict, err := apijson.UnmarshalStrict([]byte(`{"metadata":{"name":"a","name":"b"}}`), &o)
-	if err != nil || len(strict) != 1 || !strings.Contains(strict[0].Error(), `duplicate field "metadata.name"`) || o.Metadata.Name != "b" {
-		t.Fatalf("strict %v, err %v, name %q", strict, err, o.Metadata.Name)
+	dups, err := apijson.UnmarshalStrict([]byte(`{"metadata":{"name":"a","name":"b"}}`), &o)
+	if err != nil || len(dups) != 1 || dups[0].Path != "metadata.name" || !strings.Contains(dups[0].Message, `duplicate field "metadata.name"`) || o.Metadata.Name != "b" {
+		t.Fatalf("duplicates %+v, err %v, name %q", dups, err, o.Metadata.Name)
 	}
 	o = object{}
-	if strict, err := apijson.UnmarshalStrict([]byte(`{"metadata":{"name":"a"}}`), &o); err != nil || len(strict) != 0 || o.Metadata.Name != "a" {
-		t.Fatalf("strict %v, err %v", strict, err)
+	if dups, err := apijson.UnmarshalStrict([]byte(`{"metadata":{"name":"a"}}`), &o); err != nil || len(dups) != 0 || o.Metadata.Name != "a" {
+		t.Fatalf("duplicates %+v, err %v", dups, err)
 	}
 }
