@@ -40,8 +40,8 @@ func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
 
 // ensure adds one network and its interface unless the VM has it already.
 // more is how many wanted networks are left, this one included: the first
-// append makes room for all of them, as appending one at a time copied the
-// lists (an Interface is large) at every doubling.
+// append makes room for all of them, since an Interface is large and
+// growing the lists one append at a time would copy them at every doubling.
 func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.Network, more int) (added bool, err error) {
 	ns, name, err := config.SplitNAD(n.NAD, req.Namespace)
 	if err != nil {

@@ -25,7 +25,7 @@ var targetPodsWaiting = prometheus.NewCounter(prometheus.CounterOpts{
 })
 
 // ReceivedIdentity gives the target pod of a cross-cluster migration the
-// source's network identity (issue 30). The pod is one virt-controller's
+// source's network identity. The pod is one virt-controller's
 // createTargetPod makes for a receive VMIM (spec.receive): its
 // kubevirt.io/migrationJobUID label and kubevirt.io/migrationJobName
 // annotation name the VMIM. For each Multus element that references a

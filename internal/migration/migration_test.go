@@ -53,8 +53,8 @@ migration:
     alsoInCluster: true
 `
 
-// testScheme is built once: building it per fake client was most of
-// FuzzMigrationPods' time.
+// testScheme is built once: building it per fake client would take most
+// of FuzzMigrationPods' time.
 var testScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {

@@ -93,7 +93,8 @@ func applicable(raw []byte, ops []jsonpatch.Operation, valueOf func(segs []strin
 
 // rawIndex tells which paths exist in the raw object. Each object or list
 // of raw is decoded at most once, however many operations ask about it:
-// re-decoding the whole request per operation cost more than the diff.
+// decoding the whole request once per operation would cost more than the
+// diff itself.
 type rawIndex struct {
 	root    json.RawMessage
 	objects map[string]map[string]json.RawMessage // by JSON pointer

@@ -359,10 +359,10 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 	}
 	if o.Owns(&cur) {
 		// A claim of the same network is the VM's claim, whoever created
-		// it: kubevirt/ipam-extensions (and kvnet before spec.interface)
-		// leave spec.interface empty, and replacing such a claim would
-		// free the VM's IP. It is adopted in place (issue 44). Only a claim
-		// of another network, or of another named interface, is replaced.
+		// it: kubevirt/ipam-extensions leaves spec.interface empty, and
+		// replacing such a claim would free the VM's IP, so it is adopted
+		// in place. Only a claim of another network, or of another named
+		// interface, is replaced.
 		if cur.Spec.Network != w.Claim.Spec.Network || cur.Spec.Interface != "" && cur.Spec.Interface != w.Claim.Spec.Interface {
 			return r.replace(ctx, ownerObj, w, &cur)
 		}

@@ -22,7 +22,7 @@ import (
 )
 
 // MACAnnotation on a claim is the MAC of the interface whose IPs the claim
-// holds, as the source cluster's VMI reported it (issue 30). It lives on
+// holds, as the source cluster's VMI reported it. It lives on
 // the claim, not on the VMI or the VMIM, because the claim is the one
 // object per network that the receiver writes and the launcher-pod webhook
 // already reads (mutators.ClaimRefs): the webhook sets it as the Multus

@@ -15,7 +15,7 @@ import (
 // identityMagic starts a migration's network identity, the hop's third
 // request kind: the source proxy tells the target, before the target pod
 // can exist, which IPs and MAC each of the VM's networks holds, so that the
-// receiving VM keeps them (issue 30). Versioned by its last byte, like the
+// receiving VM keeps them. Versioned by its last byte, like the
 // other magics; a proxy that predates it answers bad-preamble. Version 2
 // carries the route (the sending and the receiving VM); version 1, which
 // carried only the migration ID, is refused as bad-preamble.

@@ -15,7 +15,7 @@ import (
 // A migration ID is chosen by whoever orchestrates the migration and may
 // be guessed or copied: it names a migration, it does not prove whose it
 // is. What the hop carries, a stream or a network identity, is therefore
-// tied to the VM it belongs to by namespace and name (issue 43):
+// tied to the VM it belongs to by namespace and name:
 //
 //   - the source proxy says which VM sends (the sending VMIM's namespace
 //     and spec.vmiName) and which VM it means to receive (by default the

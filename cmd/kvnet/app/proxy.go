@@ -112,7 +112,7 @@ type ProxyOptions struct {
 	KubeVirtNamespace string
 	CASyncInterval    time.Duration
 	// ReceiveIdentities lets peers send the network identity of a
-	// migration into this cluster (issue 30): the hop listener checks it
+	// migration into this cluster: the hop listener checks it
 	// and writes the receiving VM's IPAMClaims. Off, a peer's identity is
 	// refused (identity-exchange-off).
 	ReceiveIdentities bool
