@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/kvnet/kvnet/internal/migration/ippool"
+	"github.com/kvnet/kvnet/internal/model/ippool"
 )
 
 // Migration defaults. virt-handler looks for its migration address on

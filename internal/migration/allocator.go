@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kvnet/kvnet/internal/migration/ippool"
+	"github.com/kvnet/kvnet/internal/model/ippool"
 )
 
 // Cache field indexes on allocation ConfigMaps.

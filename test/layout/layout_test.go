@@ -34,15 +34,14 @@ var mayImport = map[string][]string{
 	// Leaves: the model, and helpers that know nothing of kvnet.
 	"internal/model": {"internal/model"},
 	// An annotation's network is a config network, validated as one.
-	"internal/model/requested":  {"internal/model", "internal/config"},
-	"internal/metrics":          {},
-	"internal/version":          {},
-	"internal/apijson":          {},
-	"internal/patch":            {},
-	"internal/migration/ippool": {},
+	"internal/model/requested": {"internal/model", "internal/config"},
+	"internal/metrics":         {},
+	"internal/version":         {},
+	"internal/apijson":         {},
+	"internal/patch":           {},
 
 	// What admission and the controllers read: policy and cluster facts.
-	"internal/config": {"internal/model", "internal/metrics", "internal/migration/ippool"},
+	"internal/config": {"internal/model", "internal/metrics"},
 	"internal/lookup": {"internal/model"},
 
 	// Admission machinery, then the steps it runs.
@@ -57,7 +56,7 @@ var mayImport = map[string][]string{
 	// Controllers and the proxy: they may use the admission machinery, not
 	// each other, and not the steps.
 	"internal/persistentips": {"internal/config", "internal/lookup", "internal/metrics", "internal/model"},
-	"internal/migration":     {"internal/chain", "internal/config", "internal/metrics", "internal/model", "internal/migration/ippool"},
+	"internal/migration":     {"internal/chain", "internal/config", "internal/metrics", "internal/model"},
 	"certs":                  {"internal/metrics"},
 	"internal/proxy":         {"webhook", "internal/apijson", "internal/metrics", "internal/model"},
 
