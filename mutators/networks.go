@@ -43,18 +43,15 @@ func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
 // append makes room for all of them, since an Interface is large and
 // growing the lists one append at a time would copy them at every doubling.
 func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.Network, more int) (added bool, err error) {
-	ns, name, err := config.SplitNAD(n.NAD, req.Namespace)
-	if err != nil {
-		return false, err // config and annotation were validated; unreachable in practice
-	}
+	ref := n.NAD.In(req.Namespace)
 	if i, existing := req.Network(n.Name); i >= 0 {
-		if n.DefaultRoute && existing.Multus != nil && sameNAD(req, existing.Multus.NetworkName, ns, name) {
+		if n.DefaultRoute && existing.Multus != nil && sameNAD(req, existing.Multus.NetworkName, ref) {
 			markDefaultRoute(req, n.Name)
 		}
 		return false, nil
 	}
 	for _, existing := range req.Spec.Networks {
-		if existing.Multus != nil && sameNAD(req, existing.Multus.NetworkName, ns, name) {
+		if existing.Multus != nil && sameNAD(req, existing.Multus.NetworkName, ref) {
 			if n.DefaultRoute {
 				markDefaultRoute(req, existing.Name)
 			}
@@ -62,7 +59,7 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.
 		}
 	}
 	iface := kubevirtv1.Interface{Name: n.Name}
-	if err := setBinding(ctx, req, &iface, n.Binding, n.NAD); err != nil {
+	if err := setBinding(ctx, req, &iface, n.Binding, n.NAD.String()); err != nil {
 		return false, err
 	}
 	if err := keepPodNetwork(ctx, req); err != nil {
@@ -70,7 +67,7 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.
 	}
 	req.Spec.Networks = append(slices.Grow(req.Spec.Networks, more), kubevirtv1.Network{
 		Name:          n.Name,
-		NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n.NAD}},
+		NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n.NAD.String()}},
 	})
 	if i, _ := req.Interface(n.Name); i < 0 {
 		req.Spec.Domain.Devices.Interfaces = append(slices.Grow(req.Spec.Domain.Devices.Interfaces, more), iface)
@@ -116,9 +113,10 @@ func markDefaultRoute(req *chain.Request, network string) {
 	req.DefaultRoute[network] = true
 }
 
-func sameNAD(req *chain.Request, networkName, ns, name string) bool {
-	ens, ename, err := config.SplitNAD(networkName, req.Namespace)
-	return err == nil && ens == ns && ename == name
+// sameNAD reports whether a VM network's networkName names the NAD ref.
+func sameNAD(req *chain.Request, networkName string, ref netattach.Ref) bool {
+	r, err := netattach.ParseRefIn(networkName, req.Namespace)
+	return err == nil && r == ref
 }
 
 // setBinding resolves binding "auto" from the NAD: SR-IOV resources bind as

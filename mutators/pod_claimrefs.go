@@ -11,8 +11,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kvnet/kvnet/internal/chain"
-	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/persistentips"
 )
@@ -128,11 +128,11 @@ func (m ClaimRefs) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 // has a claim kvnet may use and the element references no other (or ""):
 // the element may already reference it.
 func (m ClaimRefs) claimFor(ctx context.Context, req *chain.PodRequest, owner persistentips.Owner, e *multus.Element, net *kubevirtv1.Network) (string, error) {
-	ns, name, err := config.SplitNAD(net.Multus.NetworkName, req.Namespace)
+	ref, err := netattach.ParseRefIn(net.Multus.NetworkName, req.Namespace)
 	if err != nil {
 		return "", nil // the VM validator reports malformed references
 	}
-	info, err := req.Facts.NAD(ctx, ns, name)
+	info, err := req.Facts.NAD(ctx, ref)
 	if err != nil {
 		return "", fmt.Errorf("reading the NAD of network %s: %w", net.Name, err)
 	}
@@ -237,8 +237,8 @@ func matchNetwork(podNamespace string, e *multus.Element, nets []kubevirtv1.Netw
 		if n.Multus == nil || n.Multus.Default {
 			continue
 		}
-		ns, name, err := config.SplitNAD(n.Multus.NetworkName, podNamespace)
-		if err != nil || !e.Refers(podNamespace, ns, name) {
+		ref, err := netattach.ParseRefIn(n.Multus.NetworkName, podNamespace)
+		if err != nil || !e.Refers(podNamespace, ref.Namespace, ref.Name) {
 			continue
 		}
 		if found != nil {

@@ -1,12 +1,13 @@
 package mutators
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/kvnet/kvnet/internal/chain"
-	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/kubeovn"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // KubeOVNPod completes kube-ovn annotations on virt-launcher pods.
@@ -35,14 +36,11 @@ func (KubeOVNPod) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 		return nil
 	}
 	for _, e := range elems {
-		ns := e.Namespace()
-		if ns == "" {
-			ns = req.Namespace
-		}
-		if _, _, err := config.SplitNAD(ns+"/"+e.Name(), ns); err != nil {
+		ref, err := netattach.ParseRef(cmp.Or(e.Namespace(), req.Namespace) + "/" + e.Name())
+		if err != nil {
 			continue
 		}
-		info, err := req.Facts.NAD(ctx, ns, e.Name())
+		info, err := req.Facts.NAD(ctx, ref)
 		if err != nil {
 			return err
 		}

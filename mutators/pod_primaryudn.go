@@ -12,7 +12,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kvnet/kvnet/internal/chain"
-	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/model/primaryudn"
 	"github.com/kvnet/kvnet/internal/persistentips"
@@ -121,9 +120,8 @@ func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) err
 		}
 		want.IPs = ips
 	}
-	if want.Namespace, want.NAD, err = config.SplitNAD(req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD, ""); err != nil {
-		return fmt.Errorf("persistentIPs.primaryUDN.defaultNetworkNAD: %w", err)
-	}
+	defaultNAD := req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD
+	want.Namespace, want.NAD = defaultNAD.Namespace, defaultNAD.Name
 
 	if err := m.legacy(req, claim); err != nil {
 		return err
@@ -133,19 +131,19 @@ func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) err
 		return nil
 	}
 	if !present {
-		nad, err := req.Facts.NAD(ctx, want.Namespace, want.NAD)
+		nad, err := req.Facts.NAD(ctx, defaultNAD)
 		if err != nil {
 			return err
 		}
 		if nad == nil {
 			if !req.Config.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation() {
-				req.Warn("the pod network's IP of %s is not kept: NetworkAttachmentDefinition %s/%s, which %s must name, does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled), and persistentIPs.primaryUDN.legacyClaimAnnotation is off, so nothing carries IPAMClaim %s", vmi.Name, want.Namespace, want.NAD, multus.DefaultNetworkAnnotation, claim)
+				req.Warn("the pod network's IP of %s is not kept: NetworkAttachmentDefinition %s, which %s must name, does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled), and persistentIPs.primaryUDN.legacyClaimAnnotation is off, so nothing carries IPAMClaim %s", vmi.Name, defaultNAD, multus.DefaultNetworkAnnotation, claim)
 				return nil
 			}
 			if want.MAC != "" || len(want.IPs) > 0 {
-				req.Warn("the MAC and IPs asked for on %s's pod network are not applied: NetworkAttachmentDefinition %s/%s, which %s must name, does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled); the IP is kept through %s", vmi.Name, want.Namespace, want.NAD, multus.DefaultNetworkAnnotation, primaryudn.LegacyClaimAnnotation)
+				req.Warn("the MAC and IPs asked for on %s's pod network are not applied: NetworkAttachmentDefinition %s, which %s must name, does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled); the IP is kept through %s", vmi.Name, defaultNAD, multus.DefaultNetworkAnnotation, primaryudn.LegacyClaimAnnotation)
 			}
-			log.V(1).Info("default-network NAD not found; the primary-UDN claim goes through the legacy annotation only", "nad", want.Namespace+"/"+want.NAD)
+			log.V(1).Info("default-network NAD not found; the primary-UDN claim goes through the legacy annotation only", "nad", defaultNAD.String())
 			return nil
 		}
 	}

@@ -1,6 +1,7 @@
 package mutators
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -248,19 +249,16 @@ func (NetworkResources) attachments(ctx context.Context, req *chain.PodRequest) 
 	}
 	out := make([]attachment, 0, len(refs))
 	for _, r := range refs {
-		ns := r.Namespace
-		if ns == "" {
-			ns = req.Namespace
-		}
-		info, err := req.Facts.NAD(ctx, ns, r.Name)
+		ref := netattach.Ref{Namespace: cmp.Or(r.Namespace, req.Namespace), Name: r.Name}
+		info, err := req.Facts.NAD(ctx, ref)
 		if err != nil {
-			return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ns, r.Name, err)
+			return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", ref, err)
 		}
 		if info == nil {
-			req.Warn("NetworkAttachmentDefinition %s/%s does not exist; kvnet adds no device resource or node selector for it", ns, r.Name)
+			req.Warn("NetworkAttachmentDefinition %s does not exist; kvnet adds no device resource or node selector for it", ref)
 			continue
 		}
-		out = append(out, attachment{ref: ns + "/" + r.Name, info: info})
+		out = append(out, attachment{ref: ref.String(), info: info})
 	}
 	return out, nil
 }

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/internal/chain"
-	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/addresses"
 	"github.com/kvnet/kvnet/internal/model/kubeovn"
 	"github.com/kvnet/kvnet/internal/model/netattach"
@@ -226,7 +225,7 @@ func attachCount(req *chain.Request, ns, name string) int {
 		if net.Multus == nil {
 			continue
 		}
-		if ens, ename, err := config.SplitNAD(net.Multus.NetworkName, req.Namespace); err == nil && ens == ns && ename == name {
+		if r, err := netattach.ParseRefIn(net.Multus.NetworkName, req.Namespace); err == nil && r.Namespace == ns && r.Name == name {
 			n++
 		}
 	}

@@ -52,7 +52,7 @@ func (v PersistentIPs) Validate(ctx context.Context, req *chain.Request) (field.
 	var errs field.ErrorList
 	enabled := req.Config.PersistentIPsEnabled()
 	for _, a := range asks {
-		nadRef := a.net.NAD
+		nadRef := a.net.NAD.String()
 		p := a.path
 		if i, n := req.Network(a.net.Name); n != nil && n.Multus != nil {
 			// The network as it stands in the spec (the user's own wins over the request).

@@ -14,6 +14,7 @@ import (
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
@@ -43,7 +44,7 @@ func TestPersistentIPsValidator(t *testing.T) {
 	annotation := func(nad string) map[string]string {
 		return map[string]string{requested.Annotation: `[{"name":"data","nad":"` + nad + `","persistentIPs":true}]`}
 	}
-	rule := config.Config{NetworkRules: []config.NetworkRule{{Name: "r", Networks: []config.Network{{Name: "data", NAD: "plain", PersistentIPs: true}}}}}
+	rule := config.Config{NetworkRules: []config.NetworkRule{{Name: "r", Networks: []config.Network{{Name: "data", NAD: netattach.RefOf("plain"), PersistentIPs: true}}}}}
 	off := config.Config{PersistentIPs: config.PersistentIPs{Enabled: ptr.To(false)}}
 	owned := map[string]string{requested.Annotation: `[{"name":"data","nad":"plain","persistentIPs":true}]`}
 	tests := map[string]struct {

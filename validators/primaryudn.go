@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/internal/chain"
-	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/model/primaryudn"
 	"github.com/kvnet/kvnet/internal/persistentips"
@@ -66,14 +65,11 @@ func (PrimaryUDNCheck) Validate(ctx context.Context, req *chain.Request) (field.
 	if !req.Config.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation() {
 		// Without the legacy annotation only the default-network element
 		// carries the claim, and kvnet writes it only while its NAD exists.
-		dns, dname, err := config.SplitNAD(req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD, "")
-		if err != nil {
-			return nil, fmt.Errorf("persistentIPs.primaryUDN.defaultNetworkNAD: %w", err)
-		}
-		if nad, err := req.Facts.NAD(ctx, dns, dname); err != nil {
+		defaultNAD := req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD
+		if nad, err := req.Facts.NAD(ctx, defaultNAD); err != nil {
 			return nil, err
 		} else if nad == nil {
-			req.Warn("the pod network's IP will not persist: NetworkAttachmentDefinition %s/%s does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled) and persistentIPs.primaryUDN.legacyClaimAnnotation is off, so nothing will carry the claim", dns, dname)
+			req.Warn("the pod network's IP will not persist: NetworkAttachmentDefinition %s does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled) and persistentIPs.primaryUDN.legacyClaimAnnotation is off, so nothing will carry the claim", defaultNAD)
 		}
 	}
 	annPath := req.TemplateMetaPath.Child("annotations")
@@ -103,9 +99,8 @@ func (PrimaryUDNCheck) Validate(ctx context.Context, req *chain.Request) (field.
 		want.IPs = ips
 	}
 	if cur, ok := ann[multus.DefaultNetworkAnnotation]; ok {
-		if want.Namespace, want.NAD, err = config.SplitNAD(req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD, ""); err != nil {
-			return nil, fmt.Errorf("persistentIPs.primaryUDN.defaultNetworkNAD: %w", err)
-		}
+		defaultNAD := req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD
+		want.Namespace, want.NAD = defaultNAD.Namespace, defaultNAD.Name
 		if _, _, conflict := primaryudn.CompleteDefaultElement(cur, true, req.Namespace, want); conflict != "" {
 			errs = append(errs, field.Forbidden(annPath.Key(multus.DefaultNetworkAnnotation), fmt.Sprintf(
 				"kvnet keeps the pod network's IP on primary network %s through this annotation on the virt-launcher pod, and would refuse the pod: %s; remove it", info.Ref(), conflict)))

@@ -9,7 +9,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/internal/chain"
-	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
@@ -34,7 +33,7 @@ func multusNetworks(ctx context.Context, req *chain.Request) ([]multusNetwork, e
 		}
 		mn := multusNetwork{netIndex: i, net: net}
 		mn.ifaceIndex, mn.iface = req.Interface(net.Name)
-		if _, _, err := config.SplitNAD(net.Multus.NetworkName, req.Namespace); err != nil {
+		if _, err := netattach.ParseRefIn(net.Multus.NetworkName, req.Namespace); err != nil {
 			mn.badRef = err
 		} else if mn.nad, err = req.NAD(ctx, net.Multus.NetworkName); err != nil {
 			return nil, err

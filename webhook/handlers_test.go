@@ -131,8 +131,8 @@ spec: {template: {spec: {domain: {devices: {}}}}}`)
 // says what was being looked up.
 type failingFacts struct{}
 
-func (failingFacts) NAD(_ context.Context, ns, name string) (*netattach.Info, error) {
-	return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ns, name, errors.New("cache not synced"))
+func (failingFacts) NAD(_ context.Context, ref netattach.Ref) (*netattach.Info, error) {
+	return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", ref, errors.New("cache not synced"))
 }
 func (failingFacts) NamespaceLabels(context.Context, string) (map[string]string, error) {
 	return nil, errors.New("reading namespace: cache not synced")

@@ -45,10 +45,7 @@ func showHandler(ctx context.Context, c client.Client, root string, say sayFunc)
 	if err != nil {
 		return fmt.Errorf("examples/config.yaml migration.inCluster.pool.cidr: %w", err)
 	}
-	nadNS, nadName, _, err := multus.ParseShort(ic.NAD)
-	if err != nil {
-		return fmt.Errorf("examples/config.yaml migration.inCluster.nad: %w", err)
-	}
+	nadNS, nadName := ic.NAD.Namespace, ic.NAD.Name
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: handlerNode, Labels: map[string]string{
 		corev1.LabelHostname: handlerNode, kubevirtv1.NodeSchedulable: "true",
 	}}}

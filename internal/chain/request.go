@@ -76,11 +76,11 @@ func (r *Request) NAD(ctx context.Context, networkName string) (*netattach.Info,
 	if info, ok := r.nads[networkName]; ok {
 		return info, nil
 	}
-	ns, name, err := config.SplitNAD(networkName, r.Namespace)
+	ref, err := netattach.ParseRefIn(networkName, r.Namespace)
 	if err != nil {
 		return nil, nil
 	}
-	info, err := r.Facts.NAD(ctx, ns, name)
+	info, err := r.Facts.NAD(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

@@ -5,10 +5,12 @@
 package config
 
 import (
-	"github.com/kvnet/kvnet/internal/model/addresses"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kvnet/kvnet/internal/model/addresses"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // Binding names accepted in network rules. Any other value names a KubeVirt
@@ -99,7 +101,7 @@ type Network struct {
 	Name string `json:"name"`
 	// NAD references the NetworkAttachmentDefinition, "ns/name" or "name"
 	// (the VM's namespace).
-	NAD string `json:"nad"`
+	NAD netattach.Ref `json:"nad"`
 	// Binding is auto, bridge, sriov or a binding plugin name; default auto.
 	Binding string `json:"binding,omitempty"`
 	// DefaultRoute asks for the default route on this attachment (kube-ovn).
@@ -157,7 +159,7 @@ type PrimaryUDN struct {
 	// default ovn-kubernetes/default) and that the default-network
 	// selection element names. kvnet writes the element only while the
 	// NAD exists: Multus fails a pod whose element names a missing NAD.
-	DefaultNetworkNAD string `json:"defaultNetworkNAD,omitempty"`
+	DefaultNetworkNAD netattach.Ref `json:"defaultNetworkNAD,omitzero"`
 	// LegacyClaimAnnotation writes k8s.ovn.org/primary-udn-ipamclaim on
 	// launcher pods (default true). OVN-Kubernetes releases before the
 	// claim reference in the default-network element read only it, and it
@@ -175,7 +177,7 @@ func (p *PrimaryUDN) WriteLegacyClaimAnnotation() bool {
 }
 
 // DefaultNetworkNAD is OVN-Kubernetes' default for its cluster-default-nad.
-const DefaultNetworkNAD = "ovn-kubernetes/default"
+var DefaultNetworkNAD = netattach.Ref{Namespace: "ovn-kubernetes", Name: "default"}
 
 // Migration gives KubeVirt's migration pods static addresses on Multus
 // networks that have no DHCP: virt-handler on the in-cluster network, the
@@ -223,7 +225,7 @@ type ProxySidecar struct {
 // in-cluster migration network, the same one whenever it returns to a node.
 type InClusterMigration struct {
 	// NAD is the migration network, "ns/name" (KubeVirt's migrations.network).
-	NAD string `json:"nad"`
+	NAD netattach.Ref `json:"nad"`
 	// Interface is the pod interface name; default migration0, which virt-handler reads.
 	Interface string `json:"interface,omitempty"`
 	// Pool is where the addresses come from.
@@ -252,7 +254,7 @@ type Holder struct {
 // explicit list, so a cross-cluster network needs only a handful of addresses.
 type CrossClusterMigration struct {
 	// NAD is the cross-cluster network, "ns/name".
-	NAD string `json:"nad"`
+	NAD netattach.Ref `json:"nad"`
 	// Interface is the pod interface name; default crosscluster0.
 	Interface string `json:"interface,omitempty"`
 	// Addresses are "address/prefix" entries; keep one more than the holder
@@ -327,7 +329,7 @@ func (c Config) Default(ownNamespace string) Config {
 	}
 	c.NetworkRules = rules
 	c.Migration = defaultMigration(c.Migration)
-	if c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD == "" {
+	if c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD.IsZero() {
 		c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD = DefaultNetworkNAD
 	}
 	return c

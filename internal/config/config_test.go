@@ -14,7 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 func TestParseErrorsNameFieldAndLine(t *testing.T) {
@@ -169,7 +170,7 @@ kubeOVN: {legacyLiveMigration: true}
 		t.Errorf("a non-boolean legacyClaimAnnotation gave %v, want an error naming the field", err)
 	}
 	c, err = Parse([]byte("persistentIPs: {primaryUDN: {enabled: true, defaultNetworkNAD: openshift-ovn-kubernetes/default}}\n"), "")
-	if err != nil || c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD != "openshift-ovn-kubernetes/default" {
+	if err != nil || c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD.String() != "openshift-ovn-kubernetes/default" {
 		t.Errorf("defaultNetworkNAD not kept: %+v, %v", c, err)
 	}
 	// An explicitly empty list is kept empty: "exclude nothing".
@@ -182,7 +183,7 @@ kubeOVN: {legacyLiveMigration: true}
 // Default must not write through to the caller's slices: the Watcher's old
 // config may still be serving requests.
 func TestDefaultDoesNotAlias(t *testing.T) {
-	in := Config{ExcludedNamespaces: make([]string, 1, 4), NetworkRules: []NetworkRule{{Name: "r", Networks: []Network{{Name: "x", NAD: "br"}}}}}
+	in := Config{ExcludedNamespaces: make([]string, 1, 4), NetworkRules: []NetworkRule{{Name: "r", Networks: []Network{{Name: "x", NAD: netattach.RefOf("br")}}}}}
 	in.ExcludedNamespaces[0] = "a"
 	out := in.Default("own")
 	out.ExcludedNamespaces[0] = "changed"
@@ -234,23 +235,6 @@ networkRules:
 	r := NetworkRule{VMSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}
 	if !r.Matches(nil, map[string]string{"a": "b"}) || r.Matches(nil, nil) {
 		t.Error("uncompiled selector matches wrongly")
-	}
-}
-
-func TestSplitNAD(t *testing.T) {
-	cases := []struct{ ref, ns, name string }{
-		{"br", "def", "br"}, {"other/br", "other", "br"}, {"ns/my.nad", "ns", "my.nad"},
-	}
-	for _, c := range cases {
-		ns, name, err := SplitNAD(c.ref, "def")
-		if err != nil || ns != c.ns || name != c.name {
-			t.Errorf("SplitNAD(%q) = %q, %q, %v", c.ref, ns, name, err)
-		}
-	}
-	for _, bad := range []string{"", "a/b/c", "/b", "a/", "Upper", "ns_x/b"} {
-		if _, _, err := SplitNAD(bad, "def"); err == nil {
-			t.Errorf("SplitNAD(%q) accepted", bad)
-		}
 	}
 }
 
@@ -421,20 +405,4 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted config is not defaulted: %+v", c)
 		}
 	})
-}
-
-// The byte checks in SplitNAD accept exactly what the library's
-// regular expressions accept.
-func TestDNSChecksAgreeWithTheLibrary(t *testing.T) {
-	cases := []string{"", "a", "-", "a-", "-a", "a-b", "ab.cd", "a..b", ".a", "a.", "A", "a_b", "a.b-c.d",
-		"0", "9a", "a.-b", "a-.b", "é", strings.Repeat("a", 63), strings.Repeat("a", 64),
-		strings.Repeat("a", 100) + ".b", strings.Repeat("a.", 126) + "a", strings.Repeat("a.", 127) + "a"}
-	for _, s := range cases {
-		if got, want := isDNSLabel(s), len(validation.IsDNS1123Label(s)) == 0; got != want {
-			t.Errorf("isDNSLabel(%q) = %v, library says %v", s, got, want)
-		}
-		if got, want := isDNSSubdomain(s), len(validation.IsDNS1123Subdomain(s)) == 0; got != want {
-			t.Errorf("isDNSSubdomain(%q) = %v, library says %v", s, got, want)
-		}
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/internal/model/ippool"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // Migration defaults. virt-handler looks for its migration address on
@@ -345,15 +346,14 @@ func ifName(s, def string) string {
 	return s
 }
 
-func validateMigrationNAD(nad string, p *field.Path) field.ErrorList {
-	if nad == "" {
+func validateMigrationNAD(nad netattach.Ref, p *field.Path) field.ErrorList {
+	switch {
+	case nad.IsZero():
 		return field.ErrorList{field.Required(p, `the NetworkAttachmentDefinition, "namespace/name"`)}
-	}
-	if !strings.Contains(nad, "/") {
-		return field.ErrorList{field.Invalid(p, nad, `want "namespace/name": name the namespace of the NAD (normally KubeVirt's)`)}
-	}
-	if _, _, err := SplitNAD(nad, ""); err != nil {
-		return field.ErrorList{field.Invalid(p, nad, err.Error())}
+	case !strings.Contains(nad.String(), "/"):
+		return field.ErrorList{field.Invalid(p, nad.String(), `want "namespace/name": name the namespace of the NAD (normally KubeVirt's)`)}
+	case nad.Err() != nil:
+		return field.ErrorList{field.Invalid(p, nad.String(), nad.Err().Error())}
 	}
 	return nil
 }

@@ -1,12 +1,13 @@
 package config
 
 import (
-	"fmt"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // Validate checks what the schema cannot: names, references and selectors.
@@ -30,7 +31,7 @@ func Validate(c *Config) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("resources", "inject"), c.Resources.Inject, []string{InjectAuto, InjectNever}))
 	}
-	if nad := c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD; nad != "" {
+	if nad := c.PersistentIPs.PrimaryUDN.DefaultNetworkNAD; !nad.IsZero() {
 		errs = append(errs, validateNADRef(nad, field.NewPath("persistentIPs", "primaryUDN", "defaultNetworkNAD"))...)
 	}
 	return errs
@@ -86,10 +87,10 @@ func ValidateNetwork(n Network, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("name"), n.Name, msg))
 		}
 	}
-	if n.NAD == "" {
+	if n.NAD.IsZero() {
 		errs = append(errs, field.Required(p.Child("nad"), `a NetworkAttachmentDefinition as "namespace/name" or "name"`))
-	} else if _, _, err := SplitNAD(n.NAD, "x"); err != nil {
-		errs = append(errs, field.Invalid(p.Child("nad"), n.NAD, err.Error()))
+	} else if err := n.NAD.Err(); err != nil {
+		errs = append(errs, field.Invalid(p.Child("nad"), n.NAD.String(), err.Error()))
 	}
 	if n.Binding != "" {
 		errs = append(errs, validateBindingName(n.Binding, p.Child("binding"))...)
@@ -131,79 +132,15 @@ func validatePrefixes(prefixes []string, p *field.Path) field.ErrorList {
 	return errs
 }
 
-// SplitNAD turns "ns/name" or "name" into a namespace and a name, using
-// defaultNamespace for the short form, as KubeVirt's multus.networkName does.
-func SplitNAD(ref, defaultNamespace string) (namespace, name string, err error) {
-	ns, n, found := strings.Cut(ref, "/")
-	if !found {
-		ns, n = defaultNamespace, ref
-	}
-	if strings.Contains(n, "/") {
-		return "", "", fmt.Errorf("want namespace/name or name, got %d slashes", strings.Count(ref, "/"))
-	}
-	// The library checks with regular expressions, which cost more than
-	// the rest of an admission's NAD lookup; a valid reference (nearly
-	// every one) passes the byte checks below, and only one they refuse
-	// goes to the library, for its messages.
-	if !isDNSLabel(ns) {
-		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			return "", "", fmt.Errorf("namespace %q: %s", ns, strings.Join(msgs, "; "))
-		}
-	}
-	if !isDNSSubdomain(n) {
-		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
-			return "", "", fmt.Errorf("name %q: %s", n, strings.Join(msgs, "; "))
-		}
-	}
-	return ns, n, nil
-}
-
 // validateNADRef checks a "namespace/name" NAD reference that names no
 // namespace by default: the default-network NAD lives in OVN-Kubernetes'
 // namespace, not the VM's.
-func validateNADRef(nad string, p *field.Path) field.ErrorList {
-	if !strings.Contains(nad, "/") {
-		return field.ErrorList{field.Invalid(p, nad, `want "namespace/name", e.g. ovn-kubernetes/default`)}
+func validateNADRef(nad netattach.Ref, p *field.Path) field.ErrorList {
+	if !strings.Contains(nad.String(), "/") {
+		return field.ErrorList{field.Invalid(p, nad.String(), `want "namespace/name", e.g. ovn-kubernetes/default`)}
 	}
-	if _, _, err := SplitNAD(nad, ""); err != nil {
-		return field.ErrorList{field.Invalid(p, nad, err.Error())}
+	if err := nad.Err(); err != nil {
+		return field.ErrorList{field.Invalid(p, nad.String(), err.Error())}
 	}
 	return nil
-}
-
-// isDNSLabel reports whether s is an RFC 1123 label: at most 63 of a-z,
-// 0-9 and '-', starting and ending with a letter or digit.
-func isDNSLabel(s string) bool {
-	return len(s) <= validation.DNS1123LabelMaxLength && isLabel(s)
-}
-
-// isDNSSubdomain reports whether s is an RFC 1123 subdomain: at most 253
-// characters, labels (of any length) joined by single dots.
-func isDNSSubdomain(s string) bool {
-	if len(s) > validation.DNS1123SubdomainMaxLength {
-		return false
-	}
-	for {
-		label, rest, dot := strings.Cut(s, ".")
-		if !isLabel(label) {
-			return false
-		}
-		if !dot {
-			return true
-		}
-		s = rest
-	}
-}
-
-// isLabel: one or more of a-z, 0-9 and '-', not starting or ending with '-'.
-func isLabel(s string) bool {
-	if s == "" || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
 }

@@ -32,8 +32,9 @@ import (
 // Facts is read-only cluster state. Implementations must be safe for
 // concurrent use and must not call the API server per request.
 type Facts interface {
-	// NAD returns the parsed NAD, or nil (and no error) when it does not exist.
-	NAD(ctx context.Context, namespace, name string) (*netattach.Info, error)
+	// NAD returns the parsed NAD ref names (resolved: a namespace and a
+	// name), or nil (and no error) when it does not exist.
+	NAD(ctx context.Context, ref netattach.Ref) (*netattach.Info, error)
 	// NamespaceLabels returns the labels of a namespace; nil when it is unknown.
 	NamespaceLabels(ctx context.Context, namespace string) (map[string]string, error)
 	// KubeVirt returns the KubeVirt CR, or nil when none is visible.
@@ -116,15 +117,14 @@ func (r *Reader) memo() *lru.Cache {
 }
 
 // NAD implements Facts.
-func (r *Reader) NAD(ctx context.Context, namespace, name string) (*netattach.Info, error) {
+func (r *Reader) NAD(ctx context.Context, ref netattach.Ref) (*netattach.Info, error) {
 	var nad nadv1.NetworkAttachmentDefinition
-	key := namespace + "/" + name
-	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &nad); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &nad); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.memo().Remove(key)
+			r.memo().Remove(ref.Namespace + "/" + ref.Name)
 			return nil, nil
 		}
-		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", ref, err)
 	}
 	return r.parse(&nad), nil
 }
@@ -304,8 +304,8 @@ func NewSnapshot(nads []nadv1.NetworkAttachmentDefinition, namespaces []corev1.N
 }
 
 // NAD implements Facts.
-func (s *Snapshot) NAD(_ context.Context, namespace, name string) (*netattach.Info, error) {
-	return s.NADs[namespace+"/"+name], nil
+func (s *Snapshot) NAD(_ context.Context, ref netattach.Ref) (*netattach.Info, error) {
+	return s.NADs[ref.Namespace+"/"+ref.Name], nil
 }
 
 // NamespaceLabels implements Facts.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/migrationid"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 func scheme(t *testing.T) *runtime.Scheme {
@@ -43,11 +44,11 @@ func TestReader(t *testing.T) {
 	).Build()
 	r := lookup.NewReader(c)
 
-	info, err := r.NAD(ctx, "ns", "vf")
+	info, err := r.NAD(ctx, netattach.Ref{Namespace: "ns", Name: "vf"})
 	if err != nil || info == nil || info.CNIType != "sriov" || info.ResourceName != "intel.com/x" {
 		t.Fatalf("NAD = %+v, %v", info, err)
 	}
-	again, _ := r.NAD(ctx, "ns", "vf")
+	again, _ := r.NAD(ctx, netattach.Ref{Namespace: "ns", Name: "vf"})
 	if again != info {
 		t.Error("an unchanged NAD was parsed again")
 	}
@@ -56,10 +57,10 @@ func TestReader(t *testing.T) {
 	if err := c.Update(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if fresh, _ := r.NAD(ctx, "ns", "vf"); fresh == info || fresh.CNIType != "kube-ovn" {
+	if fresh, _ := r.NAD(ctx, netattach.Ref{Namespace: "ns", Name: "vf"}); fresh == info || fresh.CNIType != "kube-ovn" {
 		t.Errorf("changed NAD gave %+v", fresh)
 	}
-	if missing, err := r.NAD(ctx, "ns", "gone"); missing != nil || err != nil {
+	if missing, err := r.NAD(ctx, netattach.Ref{Namespace: "ns", Name: "gone"}); missing != nil || err != nil {
 		t.Errorf("missing NAD = %v, %v; want nil, nil", missing, err)
 	}
 	if l, err := r.NamespaceLabels(ctx, "ns"); err != nil || l["a"] != "b" {
@@ -90,7 +91,7 @@ func TestReaderErrors(t *testing.T) {
 		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error { return boom },
 	}).Build()
 	r := lookup.NewReader(c)
-	if _, err := r.NAD(ctx, "ns", "vf"); !errors.Is(err, boom) || !strings.Contains(err.Error(), "ns/vf") {
+	if _, err := r.NAD(ctx, netattach.Ref{Namespace: "ns", Name: "vf"}); !errors.Is(err, boom) || !strings.Contains(err.Error(), "ns/vf") {
 		t.Errorf("NAD error = %v", err)
 	}
 	if _, err := r.NamespaceLabels(ctx, "ns"); !errors.Is(err, boom) || !strings.Contains(err.Error(), "namespace ns") {
@@ -110,10 +111,10 @@ func TestSnapshot(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x"}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: `{"type":"bridge"}`}},
 	}, []corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"k": "v"}}}}, kv)
 	ctx := context.Background()
-	if i, _ := s.NAD(ctx, "a", "x"); i == nil || i.CNIType != "bridge" {
+	if i, _ := s.NAD(ctx, netattach.Ref{Namespace: "a", Name: "x"}); i == nil || i.CNIType != "bridge" {
 		t.Errorf("NAD = %+v", i)
 	}
-	if i, _ := s.NAD(ctx, "b", "x"); i != nil {
+	if i, _ := s.NAD(ctx, netattach.Ref{Namespace: "b", Name: "x"}); i != nil {
 		t.Errorf("NAD in another namespace = %+v", i)
 	}
 	if l, _ := s.NamespaceLabels(ctx, "a"); l["k"] != "v" {
@@ -169,7 +170,7 @@ func TestPrimaryNetworks(t *testing.T) {
 	}
 	r := facts["reader"].(*lookup.Reader)
 	first, _ := r.PrimaryNetworks(ctx, "a")
-	if again, _ := r.NAD(ctx, "a", "primary"); again != first[0] {
+	if again, _ := r.NAD(ctx, netattach.Ref{Namespace: "a", Name: "primary"}); again != first[0] {
 		t.Error("a NAD listed for PrimaryNetworks was parsed again by NAD: the memo is not shared")
 	}
 }

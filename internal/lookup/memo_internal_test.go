@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // The parsed-NAD memo forgets a NAD found deleted and never holds more than
@@ -30,13 +32,13 @@ func TestNADMemoEvicts(t *testing.T) {
 	if err := c.Create(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := r.NAD(ctx, "ns", "n0"); err != nil || info == nil {
+	if info, err := r.NAD(ctx, netattach.Ref{Namespace: "ns", Name: "n0"}); err != nil || info == nil {
 		t.Fatalf("NAD = %v, %v", info, err)
 	}
 	if err := c.Delete(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := r.NAD(ctx, "ns", "n0"); err != nil || info != nil {
+	if info, err := r.NAD(ctx, netattach.Ref{Namespace: "ns", Name: "n0"}); err != nil || info != nil {
 		t.Fatalf("deleted NAD = %v, %v", info, err)
 	}
 	if n := r.memo().Len(); n != 0 {
@@ -46,7 +48,7 @@ func TestNADMemoEvicts(t *testing.T) {
 		if err := c.Create(ctx, nad(i)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.NAD(ctx, "ns", fmt.Sprintf("n%d", i)); err != nil {
+		if _, err := r.NAD(ctx, netattach.Ref{Namespace: "ns", Name: fmt.Sprintf("n%d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,7 +3,6 @@ package migration
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // CheckCluster validates the migration config against the cluster, which
@@ -29,12 +29,11 @@ func CheckCluster(ctx context.Context, r client.Reader, m *config.Migration) (fi
 	var errs field.ErrorList
 	var warnings []string
 	p := field.NewPath("migration")
-	nadExists := func(ref string, fp *field.Path) error {
-		ns, name, _ := strings.Cut(ref, "/")
+	nadExists := func(ref netattach.Ref, fp *field.Path) error {
 		var nad nadv1.NetworkAttachmentDefinition
-		err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &nad)
+		err := r.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &nad)
 		if apierrors.IsNotFound(err) {
-			errs = append(errs, field.NotFound(fp, ref))
+			errs = append(errs, field.NotFound(fp, ref.String()))
 			return nil
 		}
 		if err != nil {
@@ -88,7 +87,7 @@ func CheckCluster(ctx context.Context, r client.Reader, m *config.Migration) (fi
 // cross-cluster selector picks, in the NAD's namespace: the holders attach
 // the NAD, so they live where it does (KubeVirt's namespace).
 func holderReplicas(ctx context.Context, r client.Reader, cc *config.CrossClusterMigration) (int64, error) {
-	ns, _, _ := strings.Cut(cc.NAD, "/")
+	ns := cc.NAD.Namespace
 	sel := config.DefaultCrossClusterSelector
 	if cc.PodSelector != nil {
 		sel = cc.PodSelector

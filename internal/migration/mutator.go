@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +20,7 @@ import (
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // MutatorName names the pod mutator in metrics and errors.
@@ -28,10 +28,9 @@ const MutatorName = "migration-addresses"
 
 // Network is one migration network a pod gets, resolved from config.
 type Network struct {
-	Pool         PoolSpec
-	NADNamespace string
-	NADName      string
-	Interface    string
+	Pool      PoolSpec
+	NAD       netattach.Ref
+	Interface string
 	// NADField is the config path of the NAD, for messages.
 	NADField string
 }
@@ -140,10 +139,9 @@ func inClusterNetwork(m *config.Migration) (Network, error) {
 	if err != nil {
 		return Network{}, fmt.Errorf("migration.inCluster.pool: %w", err)
 	}
-	ns, name, _ := strings.Cut(ic.NAD, "/")
 	return Network{
-		Pool:         PoolSpec{ID: PoolInCluster, Pool: pool, Field: "migration.inCluster.pool", Timeout: m.Timeout()},
-		NADNamespace: ns, NADName: name, Interface: ic.Interface, NADField: "migration.inCluster.nad",
+		Pool: PoolSpec{ID: PoolInCluster, Pool: pool, Field: "migration.inCluster.pool", Timeout: m.Timeout()},
+		NAD:  ic.NAD, Interface: ic.Interface, NADField: "migration.inCluster.nad",
 	}, nil
 }
 
@@ -153,10 +151,9 @@ func crossClusterNetwork(m *config.Migration) (Network, error) {
 	if err != nil {
 		return Network{}, fmt.Errorf("migration.crossCluster.addresses: %w", err)
 	}
-	ns, name, _ := strings.Cut(cc.NAD, "/")
 	return Network{
-		Pool:         PoolSpec{ID: PoolCrossCluster, Pool: pool, Field: "migration.crossCluster.addresses", Timeout: m.Timeout()},
-		NADNamespace: ns, NADName: name, Interface: cc.Interface, NADField: "migration.crossCluster.nad",
+		Pool: PoolSpec{ID: PoolCrossCluster, Pool: pool, Field: "migration.crossCluster.addresses", Timeout: m.Timeout()},
+		NAD:  cc.NAD, Interface: cc.Interface, NADField: "migration.crossCluster.nad",
 	}, nil
 }
 
@@ -197,13 +194,13 @@ func (m *AddressMutator) MutatePod(ctx context.Context, req *chain.PodRequest) e
 		return chain.RefuseInvalid(schema.GroupKind{Kind: "Pod"}, podName(pod), field.ErrorList{field.Invalid(annPath, pod.Annotations[multus.NetworksAnnotation], err.Error())})
 	}
 	for _, n := range nets {
-		info, err := req.Facts.NAD(ctx, n.NADNamespace, n.NADName)
+		info, err := req.Facts.NAD(ctx, n.NAD)
 		if err != nil {
-			return fmt.Errorf("reading NetworkAttachmentDefinition %s/%s of %s: %w", n.NADNamespace, n.NADName, n.NADField, err)
+			return fmt.Errorf("reading NetworkAttachmentDefinition %s of %s: %w", n.NAD, n.NADField, err)
 		}
 		if info == nil {
 			denials.WithLabelValues(n.Pool.ID, "nad-missing").Inc()
-			return forbidden(fmt.Sprintf("%s: NetworkAttachmentDefinition %s/%s does not exist; create it or fix kvnet's config", n.NADField, n.NADNamespace, n.NADName))
+			return forbidden(fmt.Sprintf("%s: NetworkAttachmentDefinition %s does not exist; create it or fix kvnet's config", n.NADField, n.NAD))
 		}
 	}
 	if m.WaitSynced != nil && !m.WaitSynced(ctx) {
@@ -230,7 +227,7 @@ func (m *AddressMutator) MutatePod(ctx context.Context, req *chain.PodRequest) e
 			if !ok {
 				return forbidden(exhausted(n.Pool, nil).Message)
 			}
-			req.Warn("dry run: %s would get %s on %s, but nothing was reserved; a real create may get another address", n.Interface, n.Pool.Pool.CIDR(a), n.NADNamespace+"/"+n.NADName)
+			req.Warn("dry run: %s would get %s on %s, but nothing was reserved; a real create may get another address", n.Interface, n.Pool.Pool.CIDR(a), n.NAD)
 			elems = setElement(req, elems, n, n.Pool.Pool.CIDR(a))
 		}
 		return writeAnnotation(pod, elems, "")
@@ -325,7 +322,7 @@ func (m *AddressMutator) alreadyReserved(ctx context.Context, namespace string, 
 // configured interface or none.
 func findElement(elems []*multus.Element, podNamespace string, n Network) *multus.Element {
 	for _, e := range elems {
-		if e.Refers(podNamespace, n.NADNamespace, n.NADName) && (e.Interface() == "" || e.Interface() == n.Interface) {
+		if e.Refers(podNamespace, n.NAD.Namespace, n.NAD.Name) && (e.Interface() == "" || e.Interface() == n.Interface) {
 			return e
 		}
 	}
@@ -337,14 +334,14 @@ func findElement(elems []*multus.Element, podNamespace string, n Network) *multu
 func setElement(req *chain.PodRequest, elems []*multus.Element, n Network, cidr string) []*multus.Element {
 	e := findElement(elems, req.Namespace, n)
 	if e == nil {
-		e = multus.NewElement(n.NADNamespace, n.NADName)
+		e = multus.NewElement(n.NAD.Namespace, n.NAD.Name)
 		elems = append(elems, e)
 	}
 	if e.Interface() == "" {
 		e.SetString(multus.KeyInterface, n.Interface)
 	}
 	if old := elementIPs(e); len(old) > 0 && !(len(old) == 1 && old[0] == cidr) {
-		req.Warn("kvnet replaced ips %v of the %s/%s element with its allocation %s", old, n.NADNamespace, n.NADName, cidr)
+		req.Warn("kvnet replaced ips %v of the %s element with its allocation %s", old, n.NAD, cidr)
 	}
 	_ = e.Set(multus.KeyIPs, []string{cidr})
 	return elems

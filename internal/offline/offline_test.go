@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/internal/offline"
 )
 
@@ -40,7 +41,7 @@ func TestReadFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i, _ := facts.NAD(context.Background(), "default", "n"); i == nil {
+	if i, _ := facts.NAD(context.Background(), netattach.Ref{Namespace: "default", Name: "n"}); i == nil {
 		t.Error("a NAD without namespace is not in default")
 	}
 	if kv, _ := facts.KubeVirt(context.Background()); kv == nil || kv.Name != "kv" {

@@ -107,12 +107,12 @@ func Desired(ctx context.Context, cfg *config.Config, o Owner, spec *kubevirtv1.
 			// primary interface: not in the selection annotation.
 			continue
 		}
-		ns, name, err := config.SplitNAD(net.Multus.NetworkName, o.Namespace)
+		ref, err := netattach.ParseRefIn(net.Multus.NetworkName, o.Namespace)
 		if err != nil {
 			skipped = append(skipped, Skipped{Network: net.Name, Reason: err.Error()})
 			continue
 		}
-		info, err := facts.NAD(ctx, ns, name)
+		info, err := facts.NAD(ctx, ref)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -170,8 +170,8 @@ func nadRefs(o client.Object) []string {
 		if n.Multus == nil {
 			continue
 		}
-		if ns, name, err := config.SplitNAD(n.Multus.NetworkName, o.GetNamespace()); err == nil {
-			out = append(out, ns+"/"+name)
+		if ref, err := netattach.ParseRefIn(n.Multus.NetworkName, o.GetNamespace()); err == nil {
+			out = append(out, ref.String())
 		}
 	}
 	if PodNetwork(spec) != nil {

@@ -16,7 +16,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
@@ -224,13 +223,13 @@ func (r *Receiver) claimableNAD(ctx context.Context, namespace string, vn kubevi
 	if vn.Multus == nil || vn.Multus.Default {
 		return nil, nil
 	}
-	ns, name, err := config.SplitNAD(vn.Multus.NetworkName, namespace)
+	ref, err := netattach.ParseRefIn(vn.Multus.NetworkName, namespace)
 	if err != nil {
 		return nil, nil
 	}
-	info, err := r.Facts.NAD(ctx, ns, name)
+	info, err := r.Facts.NAD(ctx, ref)
 	if err != nil {
-		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", ref, err)
 	}
 	if ok, _ := Claimable(info); !ok {
 		return nil, nil

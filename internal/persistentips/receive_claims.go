@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // listPage bounds each uncached list of the held check: the whole cluster's
@@ -195,7 +196,7 @@ func (r *Receiver) heldByPods(ctx context.Context, heldBy func(addr netip.Addr, 
 				if !slices.ContainsFunc(requested, func(e *multus.Element) bool { return e.Refers(p.Namespace, ns, name) }) {
 					continue
 				}
-				info, err := r.Facts.NAD(ctx, ns, name)
+				info, err := r.Facts.NAD(ctx, netattach.Ref{Namespace: ns, Name: name})
 				if err != nil {
 					return fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ns, name, err)
 				}

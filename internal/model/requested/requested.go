@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
 // Annotation asks for networks, in Multus short form ("ns/nad@name, nad2")
@@ -65,7 +66,7 @@ func Parse(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 			if iface == "" {
 				iface = name
 			}
-			nets = append(nets, config.Network{Name: iface, NAD: nad})
+			nets = append(nets, config.Network{Name: iface, NAD: netattach.RefOf(nad)})
 		}
 	}
 	var errs field.ErrorList

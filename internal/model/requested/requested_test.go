@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
@@ -20,14 +21,14 @@ func TestParse(t *testing.T) {
 		errs int
 	}{
 		"empty":                  {in: "  "},
-		"short name":             {in: "br", want: []config.Network{{Name: "br", NAD: "br", Binding: "auto"}}},
-		"short ns/name@iface":    {in: "shared/br2@second", want: []config.Network{{Name: "second", NAD: "shared/br2", Binding: "auto"}}},
-		"short list with spaces": {in: " a , b/c@d ", want: []config.Network{{Name: "a", NAD: "a", Binding: "auto"}, {Name: "d", NAD: "b/c", Binding: "auto"}}},
+		"short name":             {in: "br", want: []config.Network{{Name: "br", NAD: netattach.RefOf("br"), Binding: "auto"}}},
+		"short ns/name@iface":    {in: "shared/br2@second", want: []config.Network{{Name: "second", NAD: netattach.RefOf("shared/br2"), Binding: "auto"}}},
+		"short list with spaces": {in: " a , b/c@d ", want: []config.Network{{Name: "a", NAD: netattach.RefOf("a"), Binding: "auto"}, {Name: "d", NAD: netattach.RefOf("b/c"), Binding: "auto"}}},
 		"JSON": {
 			in: `[{"name":"a","nad":"ns/x","binding":"sriov","defaultRoute":true},{"name":"b","nad":"y"}]`,
 			want: []config.Network{
-				{Name: "a", NAD: "ns/x", Binding: "sriov", DefaultRoute: true},
-				{Name: "b", NAD: "y", Binding: "auto"},
+				{Name: "a", NAD: netattach.RefOf("ns/x"), Binding: "sriov", DefaultRoute: true},
+				{Name: "b", NAD: netattach.RefOf("y"), Binding: "auto"},
 			},
 		},
 		"JSON empty list":                 {in: "[]"},
