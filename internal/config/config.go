@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kvnet/kvnet/internal/model/addresses"
+	"github.com/kvnet/kvnet/internal/model/ippool"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
@@ -232,6 +233,8 @@ type InClusterMigration struct {
 	Pool Pool `json:"pool"`
 	// PodSelector picks the pods; default kubevirt.io=virt-handler.
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+	// pool is Pool parsed (Default), for AddressPool.
+	pool *ippool.Pool
 	// Holders are the identities a selected pod must have as well: its
 	// namespace and ServiceAccount. Default: KubeVirt's namespace and
 	// virt-handler's ServiceAccount (kubevirt-handler).
@@ -260,6 +263,8 @@ type CrossClusterMigration struct {
 	// Addresses are "address/prefix" entries; keep one more than the holder
 	// replicas so a rolling update can surge.
 	Addresses []string `json:"addresses"`
+	// pool is Addresses parsed (Default), for AddressPool.
+	pool *ippool.Pool
 	// PodSelector picks the holders; default kubevirt.io=virt-synchronization-controller.
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 	// Holders are the identities a selected pod must have as well. Default:

@@ -51,6 +51,7 @@ func defaultMigration(m Migration) Migration {
 		if c.Holders == nil {
 			c.Holders = []Holder{{ServiceAccount: DefaultHandlerServiceAccount}}
 		}
+		c.pool = c.AddressPool()
 		m.InCluster = &c
 	}
 	if cc := m.CrossCluster; cc != nil {
@@ -64,6 +65,7 @@ func defaultMigration(m Migration) Migration {
 		if c.Holders == nil {
 			c.Holders = []Holder{{ServiceAccount: DefaultSyncServiceAccount}}
 		}
+		c.pool = c.AddressPool()
 		m.CrossCluster = &c
 	}
 	if m.ReservationTimeout == nil {
@@ -192,15 +194,32 @@ func (m *Migration) HolderNamespaces() []string {
 	return out
 }
 
-// AddressPool parses the in-cluster pool. Validate has checked it, so an
-// error here means the config bypassed Parse.
-func (ic *InClusterMigration) AddressPool() (*ippool.Pool, error) {
-	return ippool.New(ic.Pool.CIDR, ic.Pool.Ranges, ic.Pool.Exclude)
+// AddressPool is the in-cluster pool, parsed once when the config loaded
+// (Default): read-only, shared by every admission. Validate refuses a pool
+// that does not parse, so a loaded config always has one. A config built
+// in code without Default gets it parsed here or, when it does not parse,
+// an empty pool: every pod is then refused as from an exhausted pool
+// rather than answered with a 500.
+func (ic *InClusterMigration) AddressPool() *ippool.Pool {
+	if ic.pool != nil {
+		return ic.pool
+	}
+	return orEmpty(ippool.New(ic.Pool.CIDR, ic.Pool.Ranges, ic.Pool.Exclude))
 }
 
-// AddressPool parses the cross-cluster list.
-func (cc *CrossClusterMigration) AddressPool() (*ippool.Pool, error) {
-	return ippool.FromList(cc.Addresses)
+// AddressPool is the cross-cluster list, parsed as InClusterMigration's is.
+func (cc *CrossClusterMigration) AddressPool() *ippool.Pool {
+	if cc.pool != nil {
+		return cc.pool
+	}
+	return orEmpty(ippool.FromList(cc.Addresses))
+}
+
+func orEmpty(p *ippool.Pool, err error) *ippool.Pool {
+	if err != nil {
+		p, _ = ippool.FromList(nil)
+	}
+	return p
 }
 
 func selects(s, def *metav1.LabelSelector, set map[string]string) bool {
@@ -233,7 +252,7 @@ func validateMigration(m *Migration, p *field.Path) field.ErrorList {
 		pp := ip.Child("pool")
 		if ic.Pool.CIDR == "" {
 			errs = append(errs, field.Required(pp.Child("cidr"), "the subnet the addresses come from"))
-		} else if pool, err := ic.AddressPool(); err != nil {
+		} else if pool, err := ippool.New(ic.Pool.CIDR, ic.Pool.Ranges, ic.Pool.Exclude); err != nil {
 			errs = append(errs, poolError(pp, err))
 		} else if pool.Size().Sign() == 0 {
 			errs = append(errs, field.Invalid(pp, ic.Pool.CIDR, "the ranges minus the exclusions leave no address"))
@@ -249,7 +268,7 @@ func validateMigration(m *Migration, p *field.Path) field.ErrorList {
 		errs = append(errs, validateSelector(cc.PodSelector, cp.Child("podSelector"))...)
 		if len(cc.Addresses) == 0 {
 			errs = append(errs, field.Required(cp.Child("addresses"), "the addresses the cross-cluster holders share"))
-		} else if pool, err := cc.AddressPool(); err != nil {
+		} else if pool, err := ippool.FromList(cc.Addresses); err != nil {
 			errs = append(errs, poolError(cp, err))
 		} else {
 			ccPool = pool

@@ -24,11 +24,7 @@ import (
 // inClusterSpec is the in-cluster pool of bothNetworks.
 func inClusterSpec(t *testing.T) PoolSpec {
 	t.Helper()
-	n, err := inClusterNetwork(&mustConfig(t, bothNetworks).Migration)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n.Pool
+	return inClusterNetwork(&mustConfig(t, bothNetworks).Migration).Pool
 }
 
 // putIdle stores an idle in-cluster allocation of addr kept for node.

@@ -45,23 +45,22 @@ func CheckCluster(ctx context.Context, r client.Reader, m *config.Migration) (fi
 		if err := nadExists(ic.NAD, p.Child("inCluster", "nad")); err != nil {
 			return nil, nil, err
 		}
-		if n, err := inClusterNetwork(m); err == nil {
-			var nodes metav1.PartialObjectMetadataList
-			nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-			if err := r.List(ctx, &nodes); err != nil {
-				return nil, nil, fmt.Errorf("listing nodes: %w", err)
+		n := inClusterNetwork(m)
+		var nodes metav1.PartialObjectMetadataList
+		nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+		if err := r.List(ctx, &nodes); err != nil {
+			return nil, nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		need := int64(len(nodes.Items))
+		if m.CrossCluster != nil && m.CrossCluster.AlsoInCluster {
+			holders, err := holderReplicas(ctx, r, m.CrossCluster)
+			if err != nil {
+				return nil, nil, err
 			}
-			need := int64(len(nodes.Items))
-			if m.CrossCluster != nil && m.CrossCluster.AlsoInCluster {
-				holders, err := holderReplicas(ctx, r, m.CrossCluster)
-				if err != nil {
-					return nil, nil, err
-				}
-				need += holders
-			}
-			if size := n.Pool.Pool.Size(); size.IsInt64() && size.Int64() < need {
-				warnings = append(warnings, fmt.Sprintf("migration.inCluster.pool %s has %d addresses for %d nodes and holders: some virt-handlers will be denied", n.Pool.Pool, size.Int64(), need))
-			}
+			need += holders
+		}
+		if size := n.Pool.Pool.Size(); size.IsInt64() && size.Int64() < need {
+			warnings = append(warnings, fmt.Sprintf("migration.inCluster.pool %s has %d addresses for %d nodes and holders: some virt-handlers will be denied", n.Pool.Pool, size.Int64(), need))
 		}
 	}
 	if cc := m.CrossCluster; cc != nil {

@@ -202,17 +202,13 @@ func (r *Reconciler) inPool(a *Allocation) bool {
 	if cfg == nil {
 		return false
 	}
-	var n Network
-	var err error
 	switch {
 	case a.Pool == PoolInCluster && cfg.Migration.InCluster != nil:
-		n, err = inClusterNetwork(&cfg.Migration)
+		return inClusterNetwork(&cfg.Migration).Pool.Pool.Contains(a.Address)
 	case a.Pool == PoolCrossCluster && cfg.Migration.CrossCluster != nil:
-		n, err = crossClusterNetwork(&cfg.Migration)
-	default:
-		return false
+		return crossClusterNetwork(&cfg.Migration).Pool.Pool.Contains(a.Address)
 	}
-	return err == nil && n.Pool.Pool.Contains(a.Address)
+	return false
 }
 
 func (r *Reconciler) nodeExists(ctx context.Context, node string) (bool, error) {

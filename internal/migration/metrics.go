@@ -135,14 +135,10 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	m := &cfg.Migration
 	if m.InCluster != nil {
-		if n, err := inClusterNetwork(m); err == nil {
-			ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, n.Pool.Pool.SizeFloat(), PoolInCluster)
-		}
+		ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, inClusterNetwork(m).Pool.Pool.SizeFloat(), PoolInCluster)
 	}
 	if m.CrossCluster != nil {
-		if n, err := crossClusterNetwork(m); err == nil {
-			ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, n.Pool.Pool.SizeFloat(), PoolCrossCluster)
-		}
+		ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, crossClusterNetwork(m).Pool.Pool.SizeFloat(), PoolCrossCluster)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -390,7 +390,7 @@ migration:
     pool: {cidr: 10.0.0.0/16}
 `)
 	st := &memStore{}
-	pool, _ := cfg.Migration.InCluster.AddressPool()
+	pool := cfg.Migration.InCluster.AddressPool()
 	pool.Walk(new(big.Int), func(a netip.Addr) bool {
 		al := &Allocation{Pool: PoolInCluster, Address: a, PrefixLength: 16, State: StateBound, Node: "n" + a.String(), PodNamespace: "kubevirt", PodName: "p", PodUID: "u"}
 		st.cms = append(st.cms, *al.ToConfigMap(testNS))

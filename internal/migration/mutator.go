@@ -57,34 +57,26 @@ func PodOf(pod *corev1.Pod, ns string) Pod {
 // gets a network only when its namespace and ServiceAccount are a holder's
 // as well (kubevirtNS is KubeVirt's namespace). A pod that claims a role
 // it does not hold gets nothing, and notHolder names the check it failed.
-func Networks(m *config.Migration, pod Pod, kubevirtNS string) (nets []Network, notHolder string, err error) {
+func Networks(m *config.Migration, pod Pod, kubevirtNS string) (nets []Network, notHolder string) {
 	addIC := false
 	if cc := m.CrossCluster; cc != nil && cc.Selects(pod.Labels) {
 		if ok, why := cc.Admits(pod.Namespace, pod.ServiceAccount, kubevirtNS); !ok {
-			return nil, why, nil
+			return nil, why
 		}
-		n, err := crossClusterNetwork(m)
-		if err != nil {
-			return nil, "", err
-		}
-		nets = append(nets, n)
+		nets = append(nets, crossClusterNetwork(m))
 		// A pod with the proxy sidecar needs migration0 too: its relays
 		// listen there for the source virt-handlers.
 		addIC = cc.AlsoInCluster || m.Sidecar(pod.Labels) != nil
 	} else if ic := m.InCluster; ic != nil && ic.Selects(pod.Labels) {
 		if ok, why := ic.Admits(pod.Namespace, pod.ServiceAccount, kubevirtNS); !ok {
-			return nil, why, nil
+			return nil, why
 		}
 		addIC = true
 	}
 	if addIC && m.InCluster != nil {
-		n, err := inClusterNetwork(m)
-		if err != nil {
-			return nil, "", err
-		}
-		nets = append([]Network{n}, nets...)
+		nets = append([]Network{inClusterNetwork(m)}, nets...)
 	}
-	return nets, "", nil
+	return nets, ""
 }
 
 // claimsRole reports whether the pod's labels select it for any migration
@@ -123,38 +115,33 @@ func holderNetworks(ctx context.Context, req *chain.PodRequest, report bool) ([]
 		return nil, fmt.Errorf("finding KubeVirt's namespace: %w", err)
 	}
 	id := PodOf(req.Pod, req.Namespace)
-	nets, notHolder, err := Networks(m, id, kvNS)
+	nets, notHolder := Networks(m, id, kvNS)
 	if notHolder != "" && report {
 		notHolders.WithLabelValues(notHolder).Inc()
 		logf.FromContext(ctx).Info("left a pod with KubeVirt's migration labels untouched: it is not a migration address holder",
 			"reason", notHolder, "namespace", id.Namespace, "serviceAccount", id.ServiceAccount, "kubevirtNamespace", kvNS,
 			"role", req.Pod.Labels["kubevirt.io"])
 	}
-	return nets, err
+	return nets, nil
 }
 
-func inClusterNetwork(m *config.Migration) (Network, error) {
+// inClusterNetwork is the in-cluster network as the loaded config gives it,
+// its pool parsed when the config loaded.
+func inClusterNetwork(m *config.Migration) Network {
 	ic := m.InCluster
-	pool, err := ic.AddressPool()
-	if err != nil {
-		return Network{}, fmt.Errorf("migration.inCluster.pool: %w", err)
-	}
 	return Network{
-		Pool: PoolSpec{ID: PoolInCluster, Pool: pool, Field: "migration.inCluster.pool", Timeout: m.Timeout()},
+		Pool: PoolSpec{ID: PoolInCluster, Pool: ic.AddressPool(), Field: "migration.inCluster.pool", Timeout: m.Timeout()},
 		NAD:  ic.NAD, Interface: ic.Interface, NADField: "migration.inCluster.nad",
-	}, nil
+	}
 }
 
-func crossClusterNetwork(m *config.Migration) (Network, error) {
+// crossClusterNetwork is inClusterNetwork's cross-cluster counterpart.
+func crossClusterNetwork(m *config.Migration) Network {
 	cc := m.CrossCluster
-	pool, err := cc.AddressPool()
-	if err != nil {
-		return Network{}, fmt.Errorf("migration.crossCluster.addresses: %w", err)
-	}
 	return Network{
-		Pool: PoolSpec{ID: PoolCrossCluster, Pool: pool, Field: "migration.crossCluster.addresses", Timeout: m.Timeout()},
+		Pool: PoolSpec{ID: PoolCrossCluster, Pool: cc.AddressPool(), Field: "migration.crossCluster.addresses", Timeout: m.Timeout()},
 		NAD:  cc.NAD, Interface: cc.Interface, NADField: "migration.crossCluster.nad",
-	}, nil
+	}
 }
 
 // AddressMutator is the pod mutator of the migration-pods webhook (CREATE): it
