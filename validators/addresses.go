@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/internal/chain"
@@ -56,11 +55,6 @@ func (v AddressesCheck) Validate(ctx context.Context, req *chain.Request) (field
 	tblValue, hasTbl := req.TemplateMeta.Annotations[addresses.Annotation]
 	if !hasNets && !hasTbl {
 		return nil, nil
-	}
-	if req.Kind == chain.KindVMI {
-		if ref := metav1.GetControllerOf(req.Meta); ref != nil && ref.Kind == chain.KindVM {
-			return nil, nil // the VM was validated; its VMI must be able to start
-		}
 	}
 	var asks []addressAsk
 	var errs field.ErrorList

@@ -6,7 +6,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/internal/chain"
@@ -40,11 +39,6 @@ type persistentAsk struct {
 
 // Validate implements chain.VMValidator.
 func (v PersistentIPs) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
-	if req.Kind == chain.KindVMI {
-		if ref := metav1.GetControllerOf(req.Meta); ref != nil && ref.Kind == chain.KindVM {
-			return nil, nil // the VM was validated; its VMI must be able to start
-		}
-	}
 	asks, err := v.asks(ctx, req)
 	if err != nil {
 		return nil, err

@@ -54,7 +54,6 @@ func TestPersistentIPsValidator(t *testing.T) {
 		nets     [][2]string
 		errPaths []string
 		warning  string
-		ownedVMI bool
 	}{
 		"annotation asks, NAD allows":     {ann: annotation("ovn"), nets: [][2]string{{"data", "ovn"}}},
 		"annotation asks, NAD does not":   {ann: annotation("plain"), nets: [][2]string{{"data", "plain"}}, errPaths: []string{"metadata.annotations[kvnet.io/networks]"}},
@@ -67,7 +66,6 @@ func TestPersistentIPsValidator(t *testing.T) {
 		"network name with capitals: claim-name warning": {nets: [][2]string{{"Data", "ovn"}}, warning: `IPAMClaim "vm.data-`},
 		"network name with _: claim-name warning":        {nets: [][2]string{{"my_data", "ovn"}}, warning: "ipam-extensions would name that claim differently"},
 		"no claim, no claim-name warning":                {nets: [][2]string{{"Data", "plain"}}},
-		"VMI started by a VM: skipped":                   {kind: chain.KindVMI, ann: owned, nets: [][2]string{{"data", "plain"}}, ownedVMI: true},
 		"standalone VMI: checked":                        {kind: chain.KindVMI, ann: owned, nets: [][2]string{{"data", "plain"}}, errPaths: []string{"metadata.annotations[kvnet.io/networks]"}},
 	}
 	for name, tc := range tests {
@@ -77,9 +75,6 @@ func TestPersistentIPsValidator(t *testing.T) {
 				kind = chain.KindVM
 			}
 			req := piRequest(kind, tc.ann, tc.cfg, tc.nets...)
-			if tc.ownedVMI {
-				req.Meta.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: chain.KindVM, Name: "vm", UID: "u", Controller: ptr.To(true)}}
-			}
 			errs, err := PersistentIPs{}.Validate(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)

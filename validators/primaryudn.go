@@ -38,11 +38,6 @@ func (PrimaryUDNCheck) Validate(ctx context.Context, req *chain.Request) (field.
 	if !req.Config.PrimaryUDNEnabled() || req.Config.Excluded(req.Namespace) {
 		return nil, nil
 	}
-	if req.Kind == chain.KindVMI {
-		if ref := metav1.GetControllerOf(req.Meta); ref != nil && ref.Kind == chain.KindVM {
-			return nil, nil // the VM was validated; its VMI must be able to start
-		}
-	}
 	pod := persistentips.PodNetwork(req.Spec)
 	if pod == nil {
 		return nil, nil

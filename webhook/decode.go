@@ -18,6 +18,7 @@ import (
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/owner"
 )
 
 // decodeVMOrVMI decodes the part of a VM or VMI the chain reads (see vmView)
@@ -376,17 +377,6 @@ func fillRequest(cr *chain.Request, ar *admissionv1.AdmissionRequest) {
 	}
 }
 
-// ownedByVM reports whether a VMI was created by a VirtualMachine: its spec
-// came from a VM template kvnet already mutated.
-func ownedByVM(meta *metav1.ObjectMeta) bool {
-	for _, o := range meta.OwnerReferences {
-		if o.Kind == chain.KindVM && o.Controller != nil && *o.Controller {
-			return true
-		}
-	}
-	return false
-}
-
 // chainRequest turns a VM or VMI admission into the chain's request, or
 // returns the answer for one kvnet leaves alone: an operation other than
 // CREATE and UPDATE, an object it cannot read (400), one chain.SkipReason
@@ -411,7 +401,7 @@ func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg 
 		logf.FromContext(ctx).V(1).Info("skipped", "reason", reason)
 		return answer(admission.Allowed(reason))
 	}
-	if kind == chain.KindVMI && ownedByVM(cr.Meta) {
+	if kind == chain.KindVMI && owner.ControllingVM(cr.Meta) != nil {
 		return answer(admission.Allowed("spec comes from a VirtualMachine kvnet already admitted"))
 	}
 	return cr, shape, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/netattach"
+	"github.com/kvnet/kvnet/internal/model/owner"
 )
 
 // Owner is the object a VM's claims belong to: the VirtualMachine, or the
@@ -28,7 +29,7 @@ type Owner struct {
 // OwnerOf returns the claim owner for a VMI: its controlling VirtualMachine
 // when it has one (then the VM and the VMI share a name), else the VMI.
 func OwnerOf(vmi *kubevirtv1.VirtualMachineInstance) Owner {
-	if ref := metav1.GetControllerOf(vmi); ref != nil && ref.Kind == kindVM && ref.APIVersion == kubevirtv1.SchemeGroupVersion.String() {
+	if ref := owner.ControllingVM(vmi); ref != nil {
 		return Owner{Kind: kindVM, Namespace: vmi.Namespace, Name: ref.Name, UID: ref.UID}
 	}
 	return Owner{Kind: kindVMI, Namespace: vmi.Namespace, Name: vmi.Name, UID: vmi.UID}

@@ -3,7 +3,6 @@ package persistentips
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -29,6 +28,7 @@ import (
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/netattach"
+	"github.com/kvnet/kvnet/internal/model/owner"
 	"github.com/kvnet/kvnet/internal/model/peers"
 )
 
@@ -70,7 +70,7 @@ type Reconciler struct {
 // wait for its pod without kvnet caching every pod of the cluster.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &ipamv1alpha1.IPAMClaim{}, ownerIndex, func(o client.Object) []string {
-		if ref := metav1.GetControllerOf(o); ref != nil && (ref.Kind == kindVM || ref.Kind == kindVMI) {
+		if ref := owner.ControllingKubeVirt(o); ref != nil {
 			return []string{ref.Kind + "/" + ref.Name}
 		}
 		return nil
@@ -132,7 +132,7 @@ func keepDomainAnnotation(a map[string]string) map[string]string {
 }
 
 func claimOwner(_ context.Context, o client.Object) []reconcile.Request {
-	if ref := metav1.GetControllerOf(o); ref != nil && (ref.Kind == kindVM || ref.Kind == kindVMI) {
+	if ref := owner.ControllingKubeVirt(o); ref != nil {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
 	}
 	return nil
@@ -391,7 +391,7 @@ func (r *Reconciler) ensure(ctx context.Context, ownerObj client.Object, o Owner
 		}
 		return 0, nil
 	}
-	if ref := metav1.GetControllerOf(&cur); ref != nil && strings.HasPrefix(ref.APIVersion, "kubevirt.io/") && (ref.Kind == kindVM || ref.Kind == kindVMI) && ref.Name == o.Name {
+	if ref := owner.ControllingKubeVirt(&cur); ref != nil && ref.Name == o.Name {
 		// The claim of an earlier VM (or standalone VMI) with the same name:
 		// released above (or once its launcher pod is gone), it waits for
 		// the garbage collector. The new owner's claim comes after.
