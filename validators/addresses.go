@@ -83,11 +83,10 @@ func (v AddressesCheck) Validate(ctx context.Context, req *chain.Request) (field
 		}
 	}
 
-	ips := map[netip.Addr]string{}
-	macs := map[string]string{}
+	var taken addresses.Taken
 	for _, iface := range req.Spec.Domain.Devices.Interfaces {
 		if iface.MacAddress != "" {
-			macs[strings.ToLower(iface.MacAddress)] = iface.Name
+			taken.TakeMAC(iface.MacAddress, iface.Name)
 		}
 	}
 	refused := map[string]bool{} // networks already refused for OVN-K IPAM, one cause each
@@ -101,17 +100,12 @@ func (v AddressesCheck) Validate(ctx context.Context, req *chain.Request) (field
 		if err != nil {
 			return nil, err
 		}
-		for _, ip := range a.r.Prefixes() {
-			if other, dup := ips[ip.Addr()]; dup && other != a.network {
-				errs = append(errs, field.Duplicate(a.path, fmt.Sprintf("IP %s: networks %s and %s both ask for it", ip.Addr(), other, a.network)))
+		for _, c := range taken.Take(a.network, a.r) {
+			verb := "ask for it"
+			if c.Kind == "MAC" {
+				verb = "use it"
 			}
-			ips[ip.Addr()] = a.network
-		}
-		if mac := strings.ToLower(a.r.MAC); mac != "" {
-			if other, dup := macs[mac]; dup && other != a.network {
-				errs = append(errs, field.Duplicate(a.path, fmt.Sprintf("MAC %s: networks %s and %s both use it", a.r.MAC, other, a.network)))
-			}
-			macs[mac] = a.network
+			errs = append(errs, field.Duplicate(a.path, fmt.Sprintf("%s %s: networks %s and %s both %s", c.Kind, c.Addr, c.Holder, a.network, verb)))
 		}
 		if info == nil || info.ConfigError != nil {
 			continue // the NADs validator reports it

@@ -142,3 +142,53 @@ func Addr(cidr string) string {
 	}
 	return cidr
 }
+
+// Taken tracks which network asked for each IP and MAC of one VM, so that
+// two networks asking for one address are found, wherever the requests
+// come from (kvnet.io/networks, kvnet.io/addresses, an interface's own
+// macAddress).
+type Taken struct {
+	ips  map[netip.Addr]string
+	macs map[string]string // lower-case
+}
+
+// Clash is an address a network asks for that another already holds.
+type Clash struct {
+	// Kind is "IP" or "MAC"; Addr is the address as the request wrote it.
+	Kind, Addr string
+	// Holder is the network that asked first.
+	Holder string
+}
+
+// TakeMAC records mac as network's without checking it: a MAC the VM's
+// spec already gives an interface.
+func (t *Taken) TakeMAC(mac, network string) {
+	if t.macs == nil {
+		t.macs = map[string]string{}
+	}
+	t.macs[strings.ToLower(mac)] = network
+}
+
+// Take records r's addresses as network's and returns those another
+// network asked for first. A network asking again for its own address is
+// no clash.
+func (t *Taken) Take(network string, r Request) []Clash {
+	var out []Clash
+	for _, ip := range r.Prefixes() {
+		if t.ips == nil {
+			t.ips = map[netip.Addr]string{}
+		}
+		if other, dup := t.ips[ip.Addr()]; dup && other != network {
+			out = append(out, Clash{Kind: "IP", Addr: ip.Addr().String(), Holder: other})
+		}
+		t.ips[ip.Addr()] = network
+	}
+	if r.MAC != "" {
+		mac := strings.ToLower(r.MAC)
+		if other, dup := t.macs[mac]; dup && other != network {
+			out = append(out, Clash{Kind: "MAC", Addr: r.MAC, Holder: other})
+		}
+		t.TakeMAC(r.MAC, network)
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package addresses
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -100,4 +101,26 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Taken finds an IP or MAC that a second network asks for, whatever the
+// case of the MAC, and not a network asking again for its own.
+func TestTaken(t *testing.T) {
+	var taken Taken
+	taken.TakeMAC("02:00:00:00:00:AA", "default")
+	steps := []struct {
+		network string
+		r       Request
+		want    string
+	}{
+		{"blue", Request{IPs: []string{"10.0.0.5/24"}, MAC: "02:00:00:00:00:01"}, "[]"},
+		{"blue", Request{IPs: []string{"10.0.0.5/24"}}, "[]"},
+		{"red", Request{IPs: []string{"10.0.0.6/24", "10.0.0.5/24"}, MAC: "02:00:00:00:00:aa"}, "[{IP 10.0.0.5 blue} {MAC 02:00:00:00:00:aa default}]"},
+		{"green", Request{MAC: "02:00:00:00:00:01"}, "[{MAC 02:00:00:00:00:01 blue}]"},
+	}
+	for _, s := range steps {
+		if got := fmt.Sprint(taken.Take(s.network, s.r)); got != s.want {
+			t.Errorf("%s takes %+v: clashes %s, want %s", s.network, s.r, got, s.want)
+		}
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/netip"
 	"strconv"
 	"strings"
 
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/model/addresses"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
@@ -71,7 +71,7 @@ func Parse(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 	}
 	var errs field.ErrorList
 	seen := map[string]bool{}
-	ips, macs := map[netip.Addr]string{}, map[string]string{}
+	var taken addresses.Taken
 	defaultRoute := ""
 	for i := range nets {
 		n := &nets[i]
@@ -81,17 +81,8 @@ func Parse(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 		for _, e := range config.ValidateNetwork(*n, field.NewPath("["+strconv.Itoa(i)+"]")) {
 			errs = append(errs, field.Invalid(p, value, e.Error()))
 		}
-		for _, ip := range n.Prefixes() {
-			if other, dup := ips[ip.Addr()]; dup {
-				errs = append(errs, field.Invalid(p, value, fmt.Sprintf("networks %q and %q both ask for IP %s", other, n.Name, ip.Addr())))
-			}
-			ips[ip.Addr()] = n.Name
-		}
-		if mac := strings.ToLower(n.MAC); mac != "" {
-			if other, dup := macs[mac]; dup {
-				errs = append(errs, field.Invalid(p, value, fmt.Sprintf("networks %q and %q both ask for MAC %s", other, n.Name, n.MAC)))
-			}
-			macs[mac] = n.Name
+		for _, c := range taken.Take(n.Name, n.Request) {
+			errs = append(errs, field.Invalid(p, value, fmt.Sprintf("networks %q and %q both ask for %s %s", c.Holder, n.Name, c.Kind, c.Addr)))
 		}
 		if seen[n.Name] {
 			errs = append(errs, field.Invalid(p, value, fmt.Sprintf("network %q is requested twice", n.Name)))
