@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/internal/model/primaryudn"
 	"github.com/kvnet/kvnet/internal/persistentips"
 )
@@ -47,7 +48,8 @@ type PrimaryUDNPod VMIReader
 // Name implements chain.PodMutator.
 func (PrimaryUDNPod) Name() string { return "primary-udn" }
 
-// MutatePod implements chain.PodMutator.
+// MutatePod implements chain.PodMutator: it finds the pod's VM on a
+// claimable primary network, then references the claim (reference).
 func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) error {
 	pod := req.Pod
 	if !req.Config.PrimaryUDNEnabled() || pod.Annotations[chain.SkipAnnotation] == "true" {
@@ -57,28 +59,28 @@ func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) err
 	if vmiName == "" {
 		return nil
 	}
-	log := logf.FromContext(ctx)
 	// The namespace's NADs first: most namespaces have no primary network,
 	// and then the VMI is not read at all.
-	info, why, err := persistentips.PrimaryNetwork(ctx, req.Facts, req.Namespace)
+	nads, err := req.Facts.PrimaryNetworks(ctx, req.Namespace)
 	if err != nil {
 		return err
 	}
+	info, why := primaryudn.Primary(req.Namespace, nads)
 	if info == nil {
 		if why != "" {
 			req.Warn("the pod network's IP is not kept: %s", why)
 		}
 		return nil
 	}
-	if ok, why := persistentips.PrimaryClaimable(info); !ok {
-		log.V(1).Info("no primary-UDN IPAMClaim", "reason", why)
+	if ok, why := primaryudn.Claimable(info); !ok {
+		logf.FromContext(ctx).V(1).Info("no primary-UDN IPAMClaim", "reason", why)
 		return nil
 	}
 	vmi, _, err := VMIReader(m).vmi(ctx, req.Namespace, vmiName, false)
 	if err != nil || vmi == nil {
 		return err
 	}
-	podNet := persistentips.PodNetwork(&vmi.Spec)
+	podNet := primaryudn.PodNetwork(&vmi.Spec)
 	if podNet == nil {
 		return nil
 	}
@@ -92,8 +94,16 @@ func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) err
 		}
 		return err
 	}
+	return m.reference(ctx, req, vmi, podNet.Name, info)
+}
+
+// reference puts the claim of the pod network podNet of vmi, on primary
+// network info, into the pod's legacy annotation and default-network
+// element, with the MAC and the IPs the VM asks for.
+func (m PrimaryUDNPod) reference(ctx context.Context, req *chain.PodRequest, vmi *kubevirtv1.VirtualMachineInstance, podNet string, info *netattach.Info) error {
+	pod := req.Pod
 	owner := persistentips.OwnerOf(vmi)
-	claim := persistentips.ClaimName(owner.Name, podNet.Name)
+	claim := persistentips.ClaimName(owner.Name, podNet)
 	var c ipamv1alpha1.IPAMClaim
 	switch err := m.Cache.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: claim}, &c); {
 	case apierrors.IsNotFound(err):
@@ -104,25 +114,15 @@ func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) err
 		req.Warn("IPAMClaim %s is controlled by another object; the pod network of %s gets no persistent IP", claim, vmi.Name)
 		return nil
 	}
-
-	want := primaryudn.DefaultElement{Claim: claim}
-	if iface := persistentips.PodInterface(&vmi.Spec, podNet.Name); iface != nil {
-		want.MAC = iface.MacAddress
-	}
-	if raw, ok := vmi.Annotations[primaryudn.AddressesAnnotation]; ok {
-		ips, err := primaryudn.PrimaryIPs(raw, podNet.Name, info)
-		if err == nil && c.Name != "" {
-			err = primaryudn.ClaimHolds(&c, ips)
-		}
-		if err != nil {
-			req.Warn("%s on VMI %s is not applied to the pod network: %v", primaryudn.AddressesAnnotation, vmi.Name, err)
-			ips = nil
-		}
-		want.IPs = ips
-	}
 	defaultNAD := req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD
-	want.Namespace, want.NAD = defaultNAD.Namespace, defaultNAD.Name
-
+	want, err := primaryudn.Element(&vmi.Spec, vmi.Annotations, podNet, claim, info, defaultNAD)
+	if err == nil && len(want.IPs) > 0 && c.Name != "" {
+		err = primaryudn.ClaimHolds(&c, want.IPs)
+	}
+	if err != nil {
+		req.Warn("%s on VMI %s is not applied to the pod network: %v", primaryudn.AddressesAnnotation, vmi.Name, err)
+		want.IPs = nil
+	}
 	if err := m.legacy(req, claim); err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) err
 			if want.MAC != "" || len(want.IPs) > 0 {
 				req.Warn("the MAC and IPs asked for on %s's pod network are not applied: NetworkAttachmentDefinition %s, which %s must name, does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled); the IP is kept through %s", vmi.Name, defaultNAD, multus.DefaultNetworkAnnotation, primaryudn.LegacyClaimAnnotation)
 			}
-			log.V(1).Info("default-network NAD not found; the primary-UDN claim goes through the legacy annotation only", "nad", defaultNAD.String())
+			logf.FromContext(ctx).V(1).Info("default-network NAD not found; the primary-UDN claim goes through the legacy annotation only", "nad", defaultNAD.String())
 			return nil
 		}
 	}
@@ -154,7 +154,7 @@ func (m PrimaryUDNPod) MutatePod(ctx context.Context, req *chain.PodRequest) err
 	}
 	if changed {
 		pod.Annotations[multus.DefaultNetworkAnnotation] = out
-		log.V(1).Info("primary-UDN IPAMClaim referenced", "claim", claim, "network", info.Ref(), "vmi", vmi.Name)
+		logf.FromContext(ctx).V(1).Info("primary-UDN IPAMClaim referenced", "claim", claim, "network", info.Ref(), "vmi", vmi.Name)
 	}
 	return nil
 }

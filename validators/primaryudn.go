@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/internal/model/primaryudn"
 	"github.com/kvnet/kvnet/internal/persistentips"
 )
@@ -38,64 +39,67 @@ func (PrimaryUDNCheck) Validate(ctx context.Context, req *chain.Request) (field.
 	if !req.Config.PrimaryUDNEnabled() || req.Config.Excluded(req.Namespace) {
 		return nil, nil
 	}
-	pod := persistentips.PodNetwork(req.Spec)
+	pod := primaryudn.PodNetwork(req.Spec)
 	if pod == nil {
 		return nil, nil
 	}
-	info, why, err := persistentips.PrimaryNetwork(ctx, req.Facts, req.Namespace)
+	nads, err := req.Facts.PrimaryNetworks(ctx, req.Namespace)
 	if err != nil {
 		return nil, err
 	}
+	info, why := primaryudn.Primary(req.Namespace, nads)
 	if info == nil {
 		if why != "" {
 			req.Warn("the pod network's IP will not persist: %s", why)
 		}
 		return nil, nil
 	}
-	if ok, why := persistentips.PrimaryClaimable(info); !ok {
+	if ok, why := primaryudn.Claimable(info); !ok {
 		req.Warn("the pod network's IP will not persist: %s", why)
 		return nil, nil
 	}
 	warnClaimName(req, pod.Name)
+	defaultNAD := req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD
 	if !req.Config.PersistentIPs.PrimaryUDN.WriteLegacyClaimAnnotation() {
 		// Without the legacy annotation only the default-network element
 		// carries the claim, and kvnet writes it only while its NAD exists.
-		defaultNAD := req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD
 		if nad, err := req.Facts.NAD(ctx, defaultNAD); err != nil {
 			return nil, err
 		} else if nad == nil {
 			req.Warn("the pod network's IP will not persist: NetworkAttachmentDefinition %s does not exist (OVN-Kubernetes creates it with preconfigured UDN addresses enabled) and persistentIPs.primaryUDN.legacyClaimAnnotation is off, so nothing will carry the claim", defaultNAD)
 		}
 	}
+	return checkPodAnnotations(ctx, req, pod.Name, info)
+}
+
+// checkPodAnnotations refuses what the template's annotations would make
+// the launcher-pod webhook refuse or OVN-Kubernetes fail: addresses it
+// cannot take, a default-network element or a legacy claim annotation that
+// is not the one kvnet writes.
+func checkPodAnnotations(ctx context.Context, req *chain.Request, podNet string, info *netattach.Info) (field.ErrorList, error) {
 	annPath := req.TemplateMetaPath.Child("annotations")
 	var ann map[string]string
 	if req.TemplateMeta != nil {
 		ann = req.TemplateMeta.Annotations
 	}
 	var errs field.ErrorList
-	want := primaryudn.DefaultElement{Claim: persistentips.ClaimName(req.Name, pod.Name)}
-	if iface := persistentips.PodInterface(req.Spec, pod.Name); iface != nil {
-		want.MAC = iface.MacAddress
-	}
+	want, bad := primaryudn.Element(req.Spec, ann, podNet, persistentips.ClaimName(req.Name, podNet), info, req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD)
 	if raw, ok := ann[primaryudn.AddressesAnnotation]; ok {
-		ips, bad := primaryudn.PrimaryIPs(raw, pod.Name, info)
 		problem := ""
 		switch {
 		case bad != nil:
 			problem = bad.Error()
-		case len(ips) > 0:
-			if problem, err = claimHolds(ctx, req, want.Claim, ips); err != nil {
+		case len(want.IPs) > 0:
+			var err error
+			if problem, err = claimHolds(ctx, req, want.Claim, want.IPs); err != nil {
 				return nil, err
 			}
 		}
 		if problem != "" {
-			errs = append(errs, field.Invalid(annPath.Key(primaryudn.AddressesAnnotation), raw, fmt.Sprintf("pod network %s: %s", pod.Name, problem)))
+			errs = append(errs, field.Invalid(annPath.Key(primaryudn.AddressesAnnotation), raw, fmt.Sprintf("pod network %s: %s", podNet, problem)))
 		}
-		want.IPs = ips
 	}
 	if cur, ok := ann[multus.DefaultNetworkAnnotation]; ok {
-		defaultNAD := req.Config.PersistentIPs.PrimaryUDN.DefaultNetworkNAD
-		want.Namespace, want.NAD = defaultNAD.Namespace, defaultNAD.Name
 		if _, _, conflict := primaryudn.CompleteDefaultElement(cur, true, req.Namespace, want); conflict != "" {
 			errs = append(errs, field.Forbidden(annPath.Key(multus.DefaultNetworkAnnotation), fmt.Sprintf(
 				"kvnet keeps the pod network's IP on primary network %s through this annotation on the virt-launcher pod, and would refuse the pod: %s; remove it", info.Ref(), conflict)))

@@ -30,6 +30,7 @@ import (
 	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/internal/model/owner"
 	"github.com/kvnet/kvnet/internal/model/peers"
+	"github.com/kvnet/kvnet/internal/model/primaryudn"
 )
 
 // KubeVirt's launcher-pod metadata (which VMI a pod runs), the cache
@@ -174,7 +175,7 @@ func nadRefs(o client.Object) []string {
 			out = append(out, ref.String())
 		}
 	}
-	if PodNetwork(spec) != nil {
+	if primaryudn.PodNetwork(spec) != nil {
 		out = append(out, podNetworkRef(o.GetNamespace()))
 	}
 	return out

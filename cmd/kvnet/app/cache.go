@@ -111,7 +111,7 @@ func trimWebhooks(in any) (any, error) {
 // networking is the part of a VMI spec kvnet reads from the cache: the
 // networks, their interfaces (the pod network's MAC for a primary UDN) and
 // whether the pod interface is attached when no network is listed
-// (persistentips.PodNetwork).
+// (primaryudn.PodNetwork).
 func networking(spec *kubevirtv1.VirtualMachineInstanceSpec) kubevirtv1.VirtualMachineInstanceSpec {
 	var out kubevirtv1.VirtualMachineInstanceSpec
 	out.Networks = spec.Networks

@@ -1,9 +1,11 @@
-// Package primaryudn holds what the launcher pod of a VM on an
-// OVN-Kubernetes primary user-defined network must carry for its pod-network
-// IP to survive: the claim, MAC and IPs in Multus' default-network element,
+// Package primaryudn holds every decision about a VM on an OVN-Kubernetes
+// primary user-defined network: which network is the namespace's primary
+// one and whether it keeps IPs, which VMI network is the pod network, and
+// what the launcher pod must carry for its pod-network IP to survive (the
+// claim, MAC and IPs in Multus' default-network element, built by Element)
 // and what OVN-Kubernetes checks of them before it wires the pod. The pod
-// mutator writes them; the VM validator refuses early what the pod would be
-// failed for.
+// step writes them, the VM validator refuses early what the pod would be
+// failed for, and the claim controller keeps the claim they reference.
 package primaryudn
 
 import (
