@@ -50,39 +50,10 @@ type addressAsk struct {
 
 // Validate implements chain.VMValidator.
 func (v AddressesCheck) Validate(ctx context.Context, req *chain.Request) (field.ErrorList, error) {
-	netsValue, hasNets := req.Meta.Annotations[requested.Annotation]
-	hasNets = hasNets && addresses.MayRequest(netsValue)
-	tblValue, hasTbl := req.TemplateMeta.Annotations[addresses.Annotation]
-	if !hasNets && !hasTbl {
-		return nil, nil
+	asks, errs, err := collectAsks(req)
+	if err != nil || len(asks) == 0 {
+		return errs, err
 	}
-	var asks []addressAsk
-	var errs field.ErrorList
-	if hasNets {
-		// Only the annotation: config rules cannot carry addresses.
-		nets, perrs := requested.Parse(netsValue, requested.AnnotationPath)
-		if len(perrs) > 0 {
-			return nil, req.Invalid(perrs) // as the mutator and the other validators answer it
-		}
-		for _, n := range nets {
-			if !n.Request.Empty() {
-				asks = append(asks, addressAsk{network: n.Name, r: n.Request, path: requested.AnnotationPath})
-			}
-		}
-	}
-	if hasTbl {
-		tp := req.TemplateMetaPath.Child("annotations").Key(addresses.Annotation)
-		tbl, err := addresses.Parse(tblValue)
-		if err != nil {
-			return append(errs, field.Invalid(tp, tblValue, err.Error())), nil
-		}
-		for _, name := range slices.Sorted(maps.Keys(tbl)) {
-			p := tp.Key(name)
-			errs = append(errs, tbl[name].Validate(p)...)
-			asks = append(asks, addressAsk{network: name, r: tbl[name], path: p, fromTbl: true})
-		}
-	}
-
 	var taken addresses.Taken
 	for _, iface := range req.Spec.Domain.Devices.Interfaces {
 		if iface.MacAddress != "" {
@@ -110,39 +81,85 @@ func (v AddressesCheck) Validate(ctx context.Context, req *chain.Request) (field
 		if info == nil || info.ConfigError != nil {
 			continue // the NADs validator reports it
 		}
-		kubeOVN := info.IsKubeOVN()
-		switch {
-		case kubeOVN && a.fromTbl && (len(a.r.IPs) > 0 || a.r.MAC != "" || a.r.LogicalSwitch != ""):
-			errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf(
-				"network %s is a kube-ovn attachment: kube-ovn reads %s%s and %s%s, not the Multus element; ask in kvnet.io/networks and kvnet writes them",
-				a.network, info.KubeOVNProvider(), kubeovn.IPAddress, info.KubeOVNProvider(), kubeovn.MACAddress)))
-		case !kubeOVN && a.r.LogicalSwitch != "":
-			errs = append(errs, field.Invalid(a.path, a.r.LogicalSwitch, fmt.Sprintf("network %s: logicalSwitch is kube-ovn's; NetworkAttachmentDefinition %s is not a kube-ovn attachment", a.network, info.Ref())))
-		case kubeOVN && !a.fromTbl && attachCount(req, info.Namespace, info.Name) > 1:
-			// kube-ovn keys a NAD attached twice by provider and interface;
-			// kvnet writes only the plain provider keys, which would then
-			// pin both attachments to one address.
-			errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf("network %s: kvnet sets kube-ovn addresses only for a NetworkAttachmentDefinition attached once; %s is attached more than once", a.network, info.Ref())))
-		}
-		if len(a.r.IPs) > 0 && ovnKubernetesAssigns(info) {
-			if !refused[a.network] {
-				refused[a.network] = true
-				errs = append(errs, field.Invalid(a.path, a.network, ovnKubernetesStaticIPs(a.network, info)))
-			}
-			continue
-		}
-		if len(info.Subnets) > 0 {
-			for _, ip := range a.r.Prefixes() {
-				if !inAny(ip.Addr(), info.Subnets, ip.Addr().Is4()) {
-					errs = append(errs, field.Invalid(a.path, ip.String(), fmt.Sprintf("network %s: IP %s is outside the subnets of NetworkAttachmentDefinition %s (%s)", a.network, ip.Addr(), info.Ref(), prefixList(info.Subnets))))
-				}
-			}
-		}
-		if len(a.r.IPs) > 0 && info.AllowPersistentIPs && req.Config.PersistentIPsEnabled() && !kubeOVN {
-			req.Warn("network %s: the fixed ips take the place of its IPAMClaim (Multus refuses both on one attachment); the VM's spec keeps the address", a.network)
-		}
+		errs = append(errs, checkOnNAD(req, a, info, refused)...)
 	}
 	return errs, nil
+}
+
+// collectAsks reads the address requests of kvnet.io/networks (only the
+// annotation: config rules cannot carry addresses) and of the template's
+// kvnet.io/addresses. A kvnet.io/networks that does not parse is refused
+// as the mutator and the other validators refuse it (err); a table that
+// does not parse is a field error.
+func collectAsks(req *chain.Request) ([]addressAsk, field.ErrorList, error) {
+	netsValue, hasNets := req.Meta.Annotations[requested.Annotation]
+	hasNets = hasNets && addresses.MayRequest(netsValue)
+	tblValue, hasTbl := req.TemplateMeta.Annotations[addresses.Annotation]
+	var asks []addressAsk
+	var errs field.ErrorList
+	if hasNets {
+		nets, perrs := requested.Parse(netsValue, requested.AnnotationPath)
+		if len(perrs) > 0 {
+			return nil, nil, req.Invalid(perrs)
+		}
+		for _, n := range nets {
+			if !n.Request.Empty() {
+				asks = append(asks, addressAsk{network: n.Name, r: n.Request, path: requested.AnnotationPath})
+			}
+		}
+	}
+	if hasTbl {
+		tp := req.TemplateMetaPath.Child("annotations").Key(addresses.Annotation)
+		tbl, err := addresses.Parse(tblValue)
+		if err != nil {
+			return nil, field.ErrorList{field.Invalid(tp, tblValue, err.Error())}, nil
+		}
+		for _, name := range slices.Sorted(maps.Keys(tbl)) {
+			p := tp.Key(name)
+			errs = append(errs, tbl[name].Validate(p)...)
+			asks = append(asks, addressAsk{network: name, r: tbl[name], path: p, fromTbl: true})
+		}
+	}
+	return asks, errs, nil
+}
+
+// checkOnNAD checks one request against the NAD its network attaches:
+// what kube-ovn and OVN-Kubernetes take, and the NAD's subnets. refused
+// keeps OVN-Kubernetes' refusal to one cause per network.
+func checkOnNAD(req *chain.Request, a addressAsk, info *netattach.Info, refused map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	kubeOVN := info.IsKubeOVN()
+	switch {
+	case kubeOVN && a.fromTbl && (len(a.r.IPs) > 0 || a.r.MAC != "" || a.r.LogicalSwitch != ""):
+		errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf(
+			"network %s is a kube-ovn attachment: kube-ovn reads %s%s and %s%s, not the Multus element; ask in kvnet.io/networks and kvnet writes them",
+			a.network, info.KubeOVNProvider(), kubeovn.IPAddress, info.KubeOVNProvider(), kubeovn.MACAddress)))
+	case !kubeOVN && a.r.LogicalSwitch != "":
+		errs = append(errs, field.Invalid(a.path, a.r.LogicalSwitch, fmt.Sprintf("network %s: logicalSwitch is kube-ovn's; NetworkAttachmentDefinition %s is not a kube-ovn attachment", a.network, info.Ref())))
+	case kubeOVN && !a.fromTbl && attachCount(req, info.Namespace, info.Name) > 1:
+		// kube-ovn keys a NAD attached twice by provider and interface;
+		// kvnet writes only the plain provider keys, which would then
+		// pin both attachments to one address.
+		errs = append(errs, field.Invalid(a.path, a.network, fmt.Sprintf("network %s: kvnet sets kube-ovn addresses only for a NetworkAttachmentDefinition attached once; %s is attached more than once", a.network, info.Ref())))
+	}
+	if len(a.r.IPs) > 0 && ovnKubernetesAssigns(info) {
+		if !refused[a.network] {
+			refused[a.network] = true
+			errs = append(errs, field.Invalid(a.path, a.network, ovnKubernetesStaticIPs(a.network, info)))
+		}
+		return errs
+	}
+	if len(info.Subnets) > 0 {
+		for _, ip := range a.r.Prefixes() {
+			if !inAny(ip.Addr(), info.Subnets, ip.Addr().Is4()) {
+				errs = append(errs, field.Invalid(a.path, ip.String(), fmt.Sprintf("network %s: IP %s is outside the subnets of NetworkAttachmentDefinition %s (%s)", a.network, ip.Addr(), info.Ref(), prefixList(info.Subnets))))
+			}
+		}
+	}
+	if len(a.r.IPs) > 0 && info.AllowPersistentIPs && req.Config.PersistentIPsEnabled() && !kubeOVN {
+		req.Warn("network %s: the fixed ips take the place of its IPAMClaim (Multus refuses both on one attachment); the VM's spec keeps the address", a.network)
+	}
+	return errs
 }
 
 // ovnKubernetesAssigns reports whether info is an OVN-Kubernetes secondary
