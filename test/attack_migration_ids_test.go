@@ -15,6 +15,7 @@ import (
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/migrationid"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/webhook"
 )
 
 // The attack of issue 27, item 2, at admission, as issue 43 left it: a
@@ -36,7 +37,7 @@ func TestTenantCannotCopyAMigrationID(t *testing.T) {
 	id := "mig-" + victim // unique in the run: a VMIM outlives its namespace in envtest
 
 	allowed := func() float64 {
-		return migCounter(t, "kvnet_admission_requests_total", map[string]string{"webhook": "validate-" + chain.KindVMIM, "outcome": "allowed"})
+		return migCounter(t, "kvnet_admission_requests_total", map[string]string{"webhook": webhook.MetricValidateMigration, "outcome": "allowed"})
 	}
 	beforeAllowed := allowed()
 	in, out := decentralizedVMIM(victim, "vm1-in", id, ""), decentralizedVMIM(victim, "vm1-out", "", id)
@@ -75,7 +76,7 @@ func TestTenantCannotCopyAMigrationID(t *testing.T) {
 		return migCounter(t, "kvnet_step_calls_total", map[string]string{"step": "migration-ids", "kind": chain.KindVMIM, "result": "denied"})
 	}
 	deniedLogs := func() int {
-		return env.Logs.Count("denied", "webhook", "validate-"+chain.KindVMIM, "namespace", victim, "user", ownerName)
+		return env.Logs.Count("denied", "webhook", webhook.MetricValidateMigration, "namespace", victim, "user", ownerName)
 	}
 	beforeSteps, beforeLogs := denied(), deniedLogs()
 	twinIn, twinOut := decentralizedVMIM(victim, "twin-in", id, ""), decentralizedVMIM(victim, "twin-out", "", id)

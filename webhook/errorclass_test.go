@@ -91,13 +91,13 @@ func TestErrorClasses(t *testing.T) {
 		req     admission.Request
 	}
 	targets := map[string]target{
-		"mutate VM": {"mutate-" + chain.KindVM, func(f failWith) admission.Handler {
+		"mutate VM": {webhook.MetricMutateVM, func(f failWith) admission.Handler {
 			return &webhook.VMMutateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Mutators: []chain.VMMutator{f}}
 		}, review(chain.KindVM, admissionv1.Create, "", vm, nil)},
-		"validate VM": {"validate-" + chain.KindVM, func(f failWith) admission.Handler {
+		"validate VM": {webhook.MetricValidateVM, func(f failWith) admission.Handler {
 			return &webhook.VMValidateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: []chain.VMValidator{f}}
 		}, review(chain.KindVM, admissionv1.Create, "", vm, nil)},
-		"mutate pod": {"mutate-errclass-pods", func(f failWith) admission.Handler {
+		"mutate pod": {"errclass-pods", func(f failWith) admission.Handler {
 			return &webhook.PodMutateHandler{Name: "errclass-pods", Config: cfg, Facts: facts, Mutators: []chain.PodMutator{f}}
 		}, podReview(admissionv1.Create, "tenant-a", pod, nil)},
 	}

@@ -36,7 +36,7 @@ type MigrationValidateHandler struct {
 
 // Handle implements admission.Handler.
 func (h *MigrationValidateHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return Serve(ctx, "validate-"+chain.KindVMIM, req, h.validate)
+	return Serve(ctx, MetricValidateMigration, req, h.validate)
 }
 
 func (h *MigrationValidateHandler) validate(ctx context.Context, req admission.Request) admission.Response {

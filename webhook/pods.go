@@ -33,7 +33,8 @@ import (
 // patch from what the mutators changed: a launcher pod's whole answer is
 // usually one replace of /metadata/annotations/k8s.v1.cni.cncf.io~1networks.
 type PodMutateHandler struct {
-	// Name labels metrics and logs, e.g. "launcher-pods".
+	// Name labels metrics and logs: MetricMutateLauncherPod or
+	// MetricMutateMigrationPod.
 	Name     string
 	Config   *config.Source
 	Facts    lookup.Facts
@@ -48,7 +49,7 @@ func (h *PodMutateHandler) Handle(ctx context.Context, req admission.Request) ad
 func (h *PodMutateHandler) newView() any { return new(podView) }
 
 func (h *PodMutateHandler) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
-	return Serve(ctx, "mutate-"+h.Name, req, func(ctx context.Context, req admission.Request) admission.Response {
+	return Serve(ctx, h.Name, req, func(ctx context.Context, req admission.Request) admission.Response {
 		return h.mutatePod(ctx, req, view)
 	})
 }

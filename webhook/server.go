@@ -56,8 +56,8 @@ func NewHandlers(cfg *config.Source, facts lookup.Facts, c Chains) Handlers {
 		PathMutateVMI:           &VMMutateHandler{Kind: chain.KindVMI, Config: cfg, Facts: facts, Mutators: c.VM},
 		PathValidateVM:          &VMValidateHandler{Kind: chain.KindVM, Config: cfg, Facts: facts, Validators: c.VMValidators},
 		PathValidateVMI:         &VMValidateHandler{Kind: chain.KindVMI, Config: cfg, Facts: facts, Validators: c.VMValidators},
-		PathMutateLauncherPods:  &PodMutateHandler{Name: "launcher-pods", Config: cfg, Facts: facts, Mutators: c.LauncherPod},
-		PathMutateMigrationPods: &PodMutateHandler{Name: "migration-pods", Config: cfg, Facts: facts, Mutators: c.MigrationPod},
+		PathMutateLauncherPods:  &PodMutateHandler{Name: MetricMutateLauncherPod, Config: cfg, Facts: facts, Mutators: c.LauncherPod},
+		PathMutateMigrationPods: &PodMutateHandler{Name: MetricMutateMigrationPod, Config: cfg, Facts: facts, Mutators: c.MigrationPod},
 		PathValidateVMIM:        &MigrationValidateHandler{Config: cfg, Facts: facts, Validators: c.MigrationValidators},
 	}
 }
