@@ -79,7 +79,7 @@ func TestExamplesOfflineEqualsWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admitter := offline.NewAdmitter(cfg, facts, app.Chains(app.Capabilities{}))
+	admitter := app.NewOfflineAdmitter(cfg, facts)
 	vms, err := offline.ReadFiles([]string{filepath.Join(dir, "vms.yaml"), filepath.Join(dir, "invalid.yaml")}, nil)
 	if err != nil {
 		t.Fatal(err)

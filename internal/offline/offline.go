@@ -28,10 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvnet/kvnet/internal/chain"
-	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
-	"github.com/kvnet/kvnet/webhook"
 )
 
 // Doc is one object read from a file, as JSON.
@@ -181,7 +178,9 @@ func Facts(docs []Doc) (*lookup.Snapshot, error) {
 
 // Admitter runs documents through kvnet's handlers.
 type Admitter struct {
-	Handlers webhook.Handlers
+	// Kinds are the handlers a document of each kind ("VirtualMachine",
+	// "VirtualMachineInstance") goes through; another kind is not admitted.
+	Kinds map[string]KindHandlers
 	// Related run on every admitted object, so the CLI shows what a
 	// controller would create next to the object that causes it.
 	Related []RelatedFunc
@@ -189,23 +188,25 @@ type Admitter struct {
 	Namespace string
 }
 
-// NewAdmitter builds the handlers the webhook serves, on the chains given
-// (app.Chains: the same ones); related are the
-// controllers' previews (see Admitter.Related).
-func NewAdmitter(cfg *config.Config, facts lookup.Facts, c webhook.Chains, related ...RelatedFunc) *Admitter {
-	return &Admitter{Handlers: webhook.NewHandlers(config.Static(cfg), facts, c), Related: related, Namespace: "default"}
+// KindHandlers are the mutating and validating handlers of one kind, and
+// the resource the API server names in its requests.
+type KindHandlers struct {
+	Mutate, Validate admission.Handler
+	Resource         string
+}
+
+// NewAdmitter runs documents through kinds, the handlers the webhook
+// serves (the caller, cmd, builds them on the same chains); related are
+// the controllers' previews (see Admitter.Related).
+func NewAdmitter(kinds map[string]KindHandlers, related ...RelatedFunc) *Admitter {
+	return &Admitter{Kinds: kinds, Related: related, Namespace: "default"}
 }
 
 // Admit runs one VM or VMI through mutation and then validation, as the API
 // server would on CREATE. Other kinds return ok=false.
 func (a *Admitter) Admit(ctx context.Context, d Doc) (res Result, ok bool, err error) {
-	var mutatePath, validatePath, resource string
-	switch d.Kind {
-	case chain.KindVM:
-		mutatePath, validatePath, resource = webhook.PathMutateVM, webhook.PathValidateVM, "virtualmachines"
-	case chain.KindVMI:
-		mutatePath, validatePath, resource = webhook.PathMutateVMI, webhook.PathValidateVMI, "virtualmachineinstances"
-	default:
+	hs, ok := a.Kinds[d.Kind]
+	if !ok {
 		return Result{}, false, nil
 	}
 	res.Doc = d
@@ -223,13 +224,13 @@ func (a *Admitter) Admit(ctx context.Context, d Doc) (res Result, ok bool, err e
 	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		UID:       types.UID("offline-" + d.Source),
 		Kind:      metav1.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: d.Kind},
-		Resource:  metav1.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: resource},
+		Resource:  metav1.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: hs.Resource},
 		Name:      meta.Metadata.Name,
 		Namespace: ns,
 		Operation: admissionv1.Create,
 		Object:    runtime.RawExtension{Raw: raw},
 	}}
-	resp := a.Handlers[mutatePath].Handle(ctx, req)
+	resp := hs.Mutate.Handle(ctx, req)
 	res.Warnings = append(res.Warnings, resp.Warnings...)
 	if !resp.Allowed {
 		res.Denied = message(resp)
@@ -241,7 +242,7 @@ func (a *Admitter) Admit(ctx context.Context, d Doc) (res Result, ok bool, err e
 	}
 	res.Mutated = mutated
 	req.Object.Raw = mutated
-	vresp := a.Handlers[validatePath].Handle(ctx, req)
+	vresp := hs.Validate.Handle(ctx, req)
 	res.Warnings = append(res.Warnings, vresp.Warnings...)
 	if !vresp.Allowed {
 		res.Denied = message(vresp)

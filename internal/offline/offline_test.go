@@ -60,7 +60,7 @@ func TestReadFiles(t *testing.T) {
 func TestAdmit(t *testing.T) {
 	cfg := config.Config{}.Default("")
 	facts, _ := offline.Facts(nil)
-	a := offline.NewAdmitter(&cfg, facts, app.Chains(app.Capabilities{}))
+	a := app.NewOfflineAdmitter(&cfg, facts)
 	a.Namespace = "team"
 	ctx := context.Background()
 	if _, ok, err := a.Admit(ctx, offline.Doc{Kind: "Namespace", Raw: []byte(`{}`)}); ok || err != nil {

@@ -51,7 +51,7 @@ var mayImport = map[string][]string{
 	// The edge serves whatever chains it is given: never mutators,
 	// validators or a controller.
 	"webhook":          {"internal/chain", "internal/patch", "internal/apijson", "internal/config", "internal/lookup", "internal/metrics", "internal/model"},
-	"internal/offline": {"internal/chain", "webhook", "internal/config", "internal/lookup", "internal/model"},
+	"internal/offline": {"internal/config", "internal/lookup", "internal/model"},
 
 	// Controllers and the proxy: they may use the admission machinery, not
 	// each other, and not the steps.

@@ -7,8 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/offline"
+	"github.com/kvnet/kvnet/webhook"
 )
 
 type offlineFlags struct {
@@ -56,7 +59,7 @@ func (f *offlineFlags) run(c *cobra.Command, emit func(offline.Result) error) er
 		d := cfg.Default("")
 		cfg = &d
 	}
-	a := offline.NewAdmitter(cfg, facts, Chains(Capabilities{}), persistentIPsPreview(cfg, facts))
+	a := NewOfflineAdmitter(cfg, facts, persistentIPsPreview(cfg, facts))
 	a.Namespace = f.namespace
 	for _, d := range docs {
 		res, ok, err := a.Admit(c.Context(), d)
@@ -160,4 +163,15 @@ func offlineCommand(c *cobra.Command, o offlineOutput) *cobra.Command {
 	}
 	f.register(c)
 	return c
+}
+
+// NewOfflineAdmitter runs documents through the VM and VMI handlers `kvnet
+// webhook` serves, on the same chains, with cfg and facts (no capability
+// that needs a cluster); related previews what controllers would create.
+func NewOfflineAdmitter(cfg *config.Config, facts lookup.Facts, related ...offline.RelatedFunc) *offline.Admitter {
+	hs := webhook.NewHandlers(config.Static(cfg), facts, Chains(Capabilities{}))
+	return offline.NewAdmitter(map[string]offline.KindHandlers{
+		chain.KindVM:  {Mutate: hs[webhook.PathMutateVM], Validate: hs[webhook.PathValidateVM], Resource: "virtualmachines"},
+		chain.KindVMI: {Mutate: hs[webhook.PathMutateVMI], Validate: hs[webhook.PathValidateVMI], Resource: "virtualmachineinstances"},
+	}, related...)
 }
