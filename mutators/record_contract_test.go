@@ -50,7 +50,7 @@ func TestChangesAreAlwaysRecorded(t *testing.T) {
 	}
 	vms := 0
 	for _, d := range docs {
-		if d.Kind != chain.KindVM {
+		if d.Kind != string(chain.KindVM) {
 			continue
 		}
 		vms++

@@ -73,7 +73,7 @@ func TestTenantCannotCopyAMigrationID(t *testing.T) {
 	}
 
 	denied := func() float64 {
-		return migCounter(t, "kvnet_step_calls_total", map[string]string{"step": "migration-ids", "kind": chain.KindVMIM, "result": "denied"})
+		return migCounter(t, "kvnet_step_calls_total", map[string]string{"step": "migration-ids", "kind": string(chain.KindVMIM), "result": "denied"})
 	}
 	deniedLogs := func() int {
 		return env.Logs.Count("denied", "webhook", webhook.MetricValidateMigration, "namespace", victim, "user", ownerName)

@@ -18,7 +18,7 @@ import (
 	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
-func piRequest(kind string, annotations map[string]string, cfg config.Config, nets ...[2]string) *chain.Request {
+func piRequest(kind chain.Kind, annotations map[string]string, cfg config.Config, nets ...[2]string) *chain.Request {
 	mk := func(name, c string) nadv1.NetworkAttachmentDefinition {
 		return nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: c}}
 	}
@@ -48,7 +48,7 @@ func TestPersistentIPsValidator(t *testing.T) {
 	off := config.Config{PersistentIPs: config.PersistentIPs{Enabled: ptr.To(false)}}
 	owned := map[string]string{requested.Annotation: `[{"name":"data","nad":"plain","persistentIPs":true}]`}
 	tests := map[string]struct {
-		kind     string
+		kind     chain.Kind
 		ann      map[string]string
 		cfg      config.Config
 		nets     [][2]string

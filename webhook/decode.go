@@ -28,7 +28,7 @@ import (
 // patching asks for the duplicates the patch cannot address (see
 // unmarshalNoting); a validator, which writes no patch, does not pay for
 // looking.
-func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Request, *vmShape, error) {
+func decodeVMOrVMI(kind chain.Kind, raw []byte, patching bool, view any) (*chain.Request, *vmShape, error) {
 	var members map[string]bool
 	if patching {
 		members = patchMembers
@@ -48,13 +48,14 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Req
 			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 		}
 		vm := &kubevirtv1.VirtualMachine{ObjectMeta: v.Metadata.objectMeta()}
-		shape := &vmShape{kind: kind, meta: metaShapeOf(v.Metadata), duplicate: dups}
+		shape := &vmShape{kind: kind, duplicate: dups}
+		v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
 		if s := v.Spec; s != nil {
-			shape.spec = true
+			shape.members.Add(chain.MemberSpec)
 			if t := s.Template; t != nil {
-				shape.template = true
-				shape.templateMeta = metaShapeOf(t.Metadata)
-				shape.vmiSpec = t.Spec.shape()
+				shape.members.Add(chain.MemberTemplate)
+				t.Metadata.shape(&shape.members, chain.MemberTemplateMeta, chain.MemberTemplateAnnotations, chain.MemberTemplateLabels)
+				t.Spec.shape(&shape.members)
 				vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
 			}
 		}
@@ -65,8 +66,9 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Req
 			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
 		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: v.Metadata.objectMeta(), Spec: v.Spec.spec()}
-		shape := &vmShape{kind: kind, meta: metaShapeOf(v.Metadata), vmiSpec: v.Spec.shape(), duplicate: dups}
-		shape.spec = shape.vmiSpec.present
+		shape := &vmShape{kind: kind, duplicate: dups}
+		v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
+		v.Spec.shape(&shape.members)
 		return chain.ForVMI(vmi), shape, nil
 	}
 	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
@@ -74,7 +76,7 @@ func decodeVMOrVMI(kind string, raw []byte, patching bool, view any) (*chain.Req
 
 // newVMView returns an empty view of kind's objects for the Edge to decode
 // (see viewHandler), or nil for a kind kvnet does not handle.
-func newVMView(kind string) any {
+func newVMView(kind chain.Kind) any {
 	switch kind {
 	case chain.KindVM:
 		return new(vmView)
@@ -161,19 +163,7 @@ func withoutIndexes(path string) string {
 
 // patchMembers are the field paths, in the strict decoder's notation, of
 // the members the VM and VMI patches address, and of their parents.
-var patchMembers = func() map[string]bool {
-	m := map[string]bool{}
-	for _, meta := range []string{"metadata", "spec.template.metadata"} {
-		m[meta], m[meta+".annotations"], m[meta+".labels"] = true, true, true
-	}
-	m["spec"], m["spec.template"] = true, true
-	for _, spec := range []string{"spec", "spec.template.spec"} {
-		for _, f := range []string{"", ".networks", ".domain", ".domain.memory", ".domain.devices", ".domain.devices.interfaces", ".domain.devices.networkInterfaceMultiqueue"} {
-			m[spec+f] = true
-		}
-	}
-	return m
-}()
+var patchMembers = chain.MemberPaths()
 
 // vmView and vmiView are the parts of a VM and a VMI that kvnet's mutators
 // and validators read (chain.Request documents them): metadata without
@@ -227,20 +217,31 @@ func (v *vmiSpecView) spec() kubevirtv1.VirtualMachineInstanceSpec {
 	return s
 }
 
-func (v *vmiSpecView) shape() specShape {
-	var s specShape
+// shape adds to s the members of the VMI spec the object has.
+func (v *vmiSpecView) shape(s *chain.Members) {
 	if v == nil {
-		return s
+		return
 	}
-	s.present, s.networks = true, v.Networks != nil
+	s.Add(chain.MemberVMISpec)
+	if v.Networks != nil {
+		s.Add(chain.MemberNetworks)
+	}
 	if v.Domain == nil {
-		return s
+		return
 	}
-	s.domain, s.memory = true, v.Domain.Memory != nil
+	s.Add(chain.MemberDomain)
+	if v.Domain.Memory != nil {
+		s.Add(chain.MemberMemory)
+	}
 	if d := v.Domain.Devices; d != nil {
-		s.devices, s.interfaces, s.multiqueue = true, d.Interfaces != nil, d.NetworkInterfaceMultiQueue != nil
+		s.Add(chain.MemberDevices)
+		if d.Interfaces != nil {
+			s.Add(chain.MemberInterfaces)
+		}
+		if d.NetworkInterfaceMultiQueue != nil {
+			s.Add(chain.MemberMultiqueue)
+		}
 	}
-	return s
 }
 
 // vmShape says which members the mutators write, and which of their
@@ -248,85 +249,18 @@ func (v *vmiSpecView) shape() specShape {
 // member whole where the object lacks it, and under the first missing
 // parent where that is missing too.
 type vmShape struct {
-	kind string
-	meta metaShape
-	// spec, template: a VM's spec and spec.template (for a VMI, spec is
-	// vmiSpec.present).
-	spec, template bool
-	// templateMeta is a VM's spec.template.metadata.
-	templateMeta metaShape
-	// vmiSpec is a VM's spec.template.spec or a VMI's spec.
-	vmiSpec specShape
+	kind    chain.Kind
+	members chain.Members
 	// duplicate names a member above that the object gives twice, if any
 	// (see unmarshalNoting).
 	duplicate *duplicateMember
 }
 
-type metaShape struct{ present, annotations, labels bool }
-
-type specShape struct{ present, networks, domain, devices, interfaces, multiqueue, memory bool }
-
-func metaShapeOf(m *objectMeta) metaShape {
-	if m == nil {
-		return metaShape{}
-	}
-	return metaShape{present: true, annotations: m.Annotations != nil, labels: m.Labels != nil}
-}
-
 // has reports whether the admitted object has the member at pointer, one of
 // the regions chain.Request.Regions names or a parent of one.
 func (s *vmShape) has(pointer string) bool {
-	rest, ok := strings.CutPrefix(pointer, "/metadata")
-	if ok {
-		return s.meta.has(rest)
-	}
-	spec := "/spec"
-	if s.kind == chain.KindVM {
-		switch pointer {
-		case "/spec":
-			return s.spec
-		case "/spec/template":
-			return s.template
-		}
-		if rest, ok := strings.CutPrefix(pointer, "/spec/template/metadata"); ok {
-			return s.templateMeta.has(rest)
-		}
-		spec = "/spec/template/spec"
-	}
-	rest, ok = strings.CutPrefix(pointer, spec)
-	if !ok {
-		return false
-	}
-	v := &s.vmiSpec
-	switch rest {
-	case "":
-		return v.present
-	case "/networks":
-		return v.networks
-	case "/domain":
-		return v.domain
-	case "/domain/devices":
-		return v.devices
-	case "/domain/devices/interfaces":
-		return v.interfaces
-	case "/domain/devices/networkInterfaceMultiqueue":
-		return v.multiqueue
-	case "/domain/memory":
-		return v.memory
-	}
-	return false
-}
-
-func (m metaShape) has(rest string) bool {
-	switch rest {
-	case "":
-		return m.present
-	case "/annotations":
-		return m.annotations
-	case "/labels":
-		return m.labels
-	}
-	return false
+	m, ok := s.kind.MemberAt(pointer)
+	return ok && s.members.Has(m)
 }
 
 // missing returns the first parent of pointer the admitted object lacks,
@@ -351,6 +285,21 @@ type objectMeta struct {
 	Annotations       map[string]string       `json:"annotations"`
 	OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
 	DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
+}
+
+// shape adds to s the metadata members the object has: meta, and its
+// annotations and labels when not null.
+func (m *objectMeta) shape(s *chain.Members, meta, annotations, labels chain.Member) {
+	if m == nil {
+		return
+	}
+	s.Add(meta)
+	if m.Annotations != nil {
+		s.Add(annotations)
+	}
+	if m.Labels != nil {
+		s.Add(labels)
+	}
 }
 
 func (m *objectMeta) objectMeta() metav1.ObjectMeta {
@@ -386,7 +335,7 @@ func fillRequest(cr *chain.Request, ar *admissionv1.AdmissionRequest) {
 // not copy to the VMI): acting on it again would override that choice, and
 // a refusal would only show as virt-controller retrying a VM that looks
 // admitted.
-func chainRequest(ctx context.Context, kind string, req *admission.Request, cfg *config.Source, facts lookup.Facts, patching bool, view any) (*chain.Request, *vmShape, *admission.Response) {
+func chainRequest(ctx context.Context, kind chain.Kind, req *admission.Request, cfg *config.Source, facts lookup.Facts, patching bool, view any) (*chain.Request, *vmShape, *admission.Response) {
 	answer := func(r admission.Response) (*chain.Request, *vmShape, *admission.Response) { return nil, nil, &r }
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return answer(admission.Allowed(""))

@@ -56,7 +56,7 @@ func FuzzVMHandlers(f *testing.F) {
 	}
 	hs := exampleHandlers(f)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		for _, kind := range []string{chain.KindVM, chain.KindVMI} {
+		for _, kind := range []chain.Kind{chain.KindVM, chain.KindVMI} {
 			mpath, vpath := webhook.PathMutateVM, webhook.PathValidateVM
 			if kind == chain.KindVMI {
 				mpath, vpath = webhook.PathMutateVMI, webhook.PathValidateVMI
@@ -167,7 +167,7 @@ func FuzzMutateIdempotent(f *testing.F) {
 	hs := exampleHandlers(f)
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		for _, kind := range []string{chain.KindVM, chain.KindVMI} {
+		for _, kind := range []chain.Kind{chain.KindVM, chain.KindVMI} {
 			mpath, vpath := webhook.PathMutateVM, webhook.PathValidateVM
 			if kind == chain.KindVMI {
 				mpath, vpath = webhook.PathMutateVMI, webhook.PathValidateVMI

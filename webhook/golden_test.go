@@ -52,7 +52,7 @@ func readDocs(t testing.TB, path string) []offline.Doc {
 	}
 	var out []offline.Doc
 	for _, d := range docs {
-		if d.Kind == chain.KindVM || d.Kind == chain.KindVMI {
+		if chain.Kind(d.Kind) == chain.KindVM || chain.Kind(d.Kind) == chain.KindVMI {
 			out = append(out, d)
 		}
 	}
@@ -72,7 +72,7 @@ func TestGolden(t *testing.T) {
 		t.Run(gc.name, func(t *testing.T) {
 			var got bytes.Buffer
 			for i, d := range readDocs(t, gc.in) {
-				resp, mutated := mutate(t, hs, d.Kind, admissionv1.Create, d.Raw, nil)
+				resp, mutated := mutate(t, hs, chain.Kind(d.Kind), admissionv1.Create, d.Raw, nil)
 				if !resp.Allowed {
 					t.Fatalf("%s: mutation refused: %+v", d.Source, resp.Result)
 				}
@@ -82,10 +82,10 @@ func TestGolden(t *testing.T) {
 					}
 				}
 				vpath := webhook.PathValidateVM
-				if d.Kind == chain.KindVMI {
+				if chain.Kind(d.Kind) == chain.KindVMI {
 					vpath = webhook.PathValidateVMI
 				}
-				if v := hs[vpath].Handle(context.Background(), review(d.Kind, admissionv1.Create, "", mutated, nil)); !v.Allowed {
+				if v := hs[vpath].Handle(context.Background(), review(chain.Kind(d.Kind), admissionv1.Create, "", mutated, nil)); !v.Allowed {
 					t.Errorf("%s: the mutated object is refused: %v", d.Source, v.Result)
 				}
 				y, err := offline.ToYAML(mutated)
@@ -118,7 +118,7 @@ func TestGolden(t *testing.T) {
 func TestUnknownFieldsSurvive(t *testing.T) {
 	hs := exampleHandlers(t)
 	d := readDocs(t, "testdata/vmi-unknown-fields.yaml")[0]
-	resp, mutated := mutate(t, hs, d.Kind, admissionv1.Create, d.Raw, nil)
+	resp, mutated := mutate(t, hs, chain.Kind(d.Kind), admissionv1.Create, d.Raw, nil)
 	if !resp.Allowed || len(resp.Patches) == 0 {
 		t.Fatalf("not mutated: %+v", resp.Result)
 	}
@@ -170,7 +170,7 @@ func TestIdempotent(t *testing.T) {
 	for _, in := range inputs {
 		for _, d := range readDocs(t, in) {
 			t.Run(d.Source, func(t *testing.T) {
-				resp, once := mutate(t, hs, d.Kind, admissionv1.Create, d.Raw, nil)
+				resp, once := mutate(t, hs, chain.Kind(d.Kind), admissionv1.Create, d.Raw, nil)
 				if !resp.Allowed {
 					t.Fatalf("first pass refused: %v", resp.Result)
 				}
@@ -179,7 +179,7 @@ func TestIdempotent(t *testing.T) {
 					if op == admissionv1.Update {
 						old = once
 					}
-					resp2, twice := mutate(t, hs, d.Kind, op, once, old)
+					resp2, twice := mutate(t, hs, chain.Kind(d.Kind), op, once, old)
 					if !resp2.Allowed {
 						t.Fatalf("%s second pass refused: %v", op, resp2.Result)
 					}

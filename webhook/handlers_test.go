@@ -122,7 +122,7 @@ spec: {template: {spec: {domain: {devices: {}}}}}`)
 			t.Errorf("cause %+v: want FieldValueInvalid on metadata.annotations[kvnet.io/networks]", c)
 		}
 	}
-	if d.Kind != chain.KindVM || d.Name != "a" || d.Group != "kubevirt.io" {
+	if chain.Kind(d.Kind) != chain.KindVM || d.Name != "a" || d.Group != "kubevirt.io" {
 		t.Errorf("details = %+v, want kubevirt.io VirtualMachine a", d)
 	}
 }
@@ -189,7 +189,7 @@ type handler interface {
 func TestSkips(t *testing.T) {
 	hs := exampleHandlers(t)
 	cases := map[string]struct {
-		kind string
+		kind chain.Kind
 		obj  string
 		op   admissionv1.Operation
 	}{

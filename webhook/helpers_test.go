@@ -61,7 +61,7 @@ func exampleHandlers(t testing.TB) webhook.Handlers {
 }
 
 // review builds the admission request the API server would send.
-func review(kind string, op admissionv1.Operation, namespace string, obj, old []byte) admission.Request {
+func review(kind chain.Kind, op admissionv1.Operation, namespace string, obj, old []byte) admission.Request {
 	resource := "virtualmachines"
 	switch kind {
 	case chain.KindVMI:
@@ -78,7 +78,7 @@ func review(kind string, op admissionv1.Operation, namespace string, obj, old []
 	}
 	r := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		UID:       "test-uid",
-		Kind:      metav1.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: kind},
+		Kind:      metav1.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: string(kind)},
 		Resource:  metav1.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: resource},
 		Name:      meta.Metadata.Name,
 		Namespace: namespace,
@@ -113,7 +113,7 @@ func applyResponse(t testing.TB, raw []byte, resp admission.Response) []byte {
 	return out
 }
 
-func mutate(t testing.TB, hs webhook.Handlers, kind string, op admissionv1.Operation, obj, old []byte) (admission.Response, []byte) {
+func mutate(t testing.TB, hs webhook.Handlers, kind chain.Kind, op admissionv1.Operation, obj, old []byte) (admission.Response, []byte) {
 	t.Helper()
 	path := webhook.PathMutateVM
 	if kind == chain.KindVMI {

@@ -60,7 +60,7 @@ func TestMigrationValidatorAnswers(t *testing.T) {
 			switch c.code {
 			case http.StatusUnprocessableEntity:
 				d := resp.Result.Details
-				if d == nil || d.Kind != chain.KindVMIM || d.Name != "copy-in" || len(d.Causes) != 1 {
+				if d == nil || chain.Kind(d.Kind) != chain.KindVMIM || d.Name != "copy-in" || len(d.Causes) != 1 {
 					t.Fatalf("details %+v, want one cause on VirtualMachineInstanceMigration copy-in", d)
 				}
 				if cs := d.Causes[0]; cs.Field != "spec.receive.migrationID" || cs.Type != metav1.CauseTypeFieldValueInvalid ||

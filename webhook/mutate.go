@@ -20,7 +20,7 @@ import (
 // on it and answers with one JSON patch.
 type VMMutateHandler struct {
 	// Kind is chain.KindVM or chain.KindVMI.
-	Kind     string
+	Kind     chain.Kind
 	Config   *config.Source
 	Facts    lookup.Facts
 	Mutators []chain.VMMutator

@@ -22,12 +22,12 @@ const (
 
 // kindName is the lower-case short name of a VM or VMI kind in metric
 // labels: "vm", "vmi".
-func kindName(kind string) string {
+func kindName(kind chain.Kind) string {
 	switch kind {
 	case chain.KindVM:
 		return "vm"
 	case chain.KindVMI:
 		return "vmi"
 	}
-	return strings.ToLower(kind)
+	return strings.ToLower(string(kind))
 }

@@ -21,7 +21,7 @@ import (
 // already had does not block the update, so a VM whose NAD was deleted can
 // still be edited (for example to remove that network).
 type VMValidateHandler struct {
-	Kind       string
+	Kind       chain.Kind
 	Config     *config.Source
 	Facts      lookup.Facts
 	Validators []chain.VMValidator

@@ -18,12 +18,6 @@ const (
 	MutationsAnnotation = "kvnet.io/mutations"
 )
 
-// Kinds of objects the VM chain handles.
-const (
-	KindVM  = "VirtualMachine"
-	KindVMI = "VirtualMachineInstance"
-)
-
 // VMMutator changes a VM or VMI in place. It must be idempotent: running it on
 // its own output changes nothing. A mutator that changes the object must say
 // so with Request.Record: the webhook computes a patch only for requests

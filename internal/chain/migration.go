@@ -14,7 +14,7 @@ import (
 )
 
 // KindVMIM is the kind the migration validators check.
-const KindVMIM = "VirtualMachineInstanceMigration"
+const KindVMIM Kind = "VirtualMachineInstanceMigration"
 
 // MigrationRequest is one VirtualMachineInstanceMigration under admission.
 type MigrationRequest struct {
@@ -38,7 +38,7 @@ func (r *MigrationRequest) Warn(format string, args ...any) {
 
 // Invalid builds the 422 a user gets, one cause per field, as for a VM.
 func (r *MigrationRequest) Invalid(errs field.ErrorList) error {
-	return RefuseInvalid(schema.GroupKind{Group: kubevirtv1.GroupVersion.Group, Kind: KindVMIM}, r.Name, errs)
+	return RefuseInvalid(schema.GroupKind{Group: kubevirtv1.GroupVersion.Group, Kind: string(KindVMIM)}, r.Name, errs)
 }
 
 // MigrationValidator checks a VirtualMachineInstanceMigration. As for a

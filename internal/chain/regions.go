@@ -28,46 +28,24 @@ type Regions struct {
 	Memory     Region[*kubevirtv1.Memory]
 }
 
-// regionPointers are the regions' pointers in a VM and in a VMI (built
-// once: they are the same for every request).
-var regionPointers = map[string]pointers{
-	KindVM:  pointersOf("/spec/template/spec", "/spec/template/metadata"),
-	KindVMI: pointersOf("/spec", "/metadata"),
-}
-
-type pointers struct {
-	maps                                     [4]string
-	networks, interfaces, multiqueue, memory string
-}
-
-func pointersOf(spec, tmpl string) pointers {
-	return pointers{
-		maps:       [4]string{"/metadata/annotations", "/metadata/labels", tmpl + "/annotations", tmpl + "/labels"},
-		networks:   spec + "/networks",
-		interfaces: spec + "/domain/devices/interfaces",
-		multiqueue: spec + "/domain/devices/networkInterfaceMultiqueue",
-		memory:     spec + "/domain/memory",
-	}
-}
-
 // Regions lists what the VM/VMI mutators may change: the object's and the
 // template's annotations and labels, the networks and interfaces, and the
 // two domain fields vDPA needs.
 func (r *Request) Regions() Regions {
-	p := regionPointers[r.Kind]
+	p := &members[r.Kind].pointer
 	d := &r.Spec.Domain
 	maps := make([]Region[map[string]string], 2, 4)
-	maps[0] = Region[map[string]string]{p.maps[0], &r.Meta.Annotations}
-	maps[1] = Region[map[string]string]{p.maps[1], &r.Meta.Labels}
+	maps[0] = Region[map[string]string]{p[MemberAnnotations], &r.Meta.Annotations}
+	maps[1] = Region[map[string]string]{p[MemberLabels], &r.Meta.Labels}
 	if r.TemplateMeta != r.Meta {
-		maps = append(maps, Region[map[string]string]{p.maps[2], &r.TemplateMeta.Annotations}, Region[map[string]string]{p.maps[3], &r.TemplateMeta.Labels})
+		maps = append(maps, Region[map[string]string]{p[MemberTemplateAnnotations], &r.TemplateMeta.Annotations}, Region[map[string]string]{p[MemberTemplateLabels], &r.TemplateMeta.Labels})
 	}
 	return Regions{
 		Maps:       maps,
-		Networks:   Region[[]kubevirtv1.Network]{p.networks, &r.Spec.Networks},
-		Interfaces: Region[[]kubevirtv1.Interface]{p.interfaces, &d.Devices.Interfaces},
-		Multiqueue: Region[*bool]{p.multiqueue, &d.Devices.NetworkInterfaceMultiQueue},
-		Memory:     Region[*kubevirtv1.Memory]{p.memory, &d.Memory},
+		Networks:   Region[[]kubevirtv1.Network]{p[MemberNetworks], &r.Spec.Networks},
+		Interfaces: Region[[]kubevirtv1.Interface]{p[MemberInterfaces], &d.Devices.Interfaces},
+		Multiqueue: Region[*bool]{p[MemberMultiqueue], &d.Devices.NetworkInterfaceMultiQueue},
+		Memory:     Region[*kubevirtv1.Memory]{p[MemberMemory], &d.Memory},
 	}
 }
 

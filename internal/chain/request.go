@@ -18,7 +18,7 @@ import (
 // Request is one VM or VMI under admission, with the facts around it.
 type Request struct {
 	Operation admissionv1.Operation
-	Kind      string
+	Kind      Kind
 	Namespace string
 	Name      string
 	// Meta is the object's own metadata: its labels select rules, its
@@ -56,7 +56,7 @@ func (r *Request) Warn(format string, args ...any) {
 // Invalid builds the 422 a user gets, in the shape KubeVirt's virt-api uses:
 // one cause per field.
 func (r *Request) Invalid(errs field.ErrorList) error {
-	return RefuseInvalid(schema.GroupKind{Group: kubevirtv1.GroupVersion.Group, Kind: r.Kind}, r.Name, errs)
+	return RefuseInvalid(schema.GroupKind{Group: kubevirtv1.GroupVersion.Group, Kind: string(r.Kind)}, r.Name, errs)
 }
 
 // NetworkPath is the field path of spec.networks[i].

@@ -16,7 +16,7 @@ import (
 // kvnet.io/mutations.
 func RunVMMutators(ctx context.Context, req *Request, ms []VMMutator) error {
 	for _, m := range ms {
-		err := step(ctx, "mutator", m.Name(), req.Kind, func() (bool, error) {
+		err := step(ctx, "mutator", m.Name(), string(req.Kind), func() (bool, error) {
 			if err := m.Mutate(ctx, req); err != nil {
 				return false, fmt.Errorf("mutator %s: %w", m.Name(), err)
 			}
@@ -33,7 +33,7 @@ func RunVMMutators(ctx context.Context, req *Request, ms []VMMutator) error {
 func RunVMValidators(ctx context.Context, req *Request, vs []VMValidator) (field.ErrorList, error) {
 	var all field.ErrorList
 	for _, v := range vs {
-		err := step(ctx, "validator", v.Name(), req.Kind, func() (bool, error) {
+		err := step(ctx, "validator", v.Name(), string(req.Kind), func() (bool, error) {
 			errs, err := v.Validate(ctx, req)
 			all = append(all, errs...)
 			return len(errs) > 0, err
@@ -50,7 +50,7 @@ func RunVMValidators(ctx context.Context, req *Request, vs []VMValidator) (field
 func RunMigrationValidators(ctx context.Context, req *MigrationRequest, vs []MigrationValidator) (field.ErrorList, error) {
 	var all field.ErrorList
 	for _, v := range vs {
-		err := step(ctx, "validator", v.Name(), KindVMIM, func() (bool, error) {
+		err := step(ctx, "validator", v.Name(), string(KindVMIM), func() (bool, error) {
 			errs, err := v.ValidateMigration(ctx, req)
 			all = append(all, errs...)
 			return len(errs) > 0, err

@@ -171,7 +171,7 @@ func offlineCommand(c *cobra.Command, o offlineOutput) *cobra.Command {
 func NewOfflineAdmitter(cfg *config.Config, facts lookup.Facts, related ...offline.RelatedFunc) *offline.Admitter {
 	hs := webhook.NewHandlers(config.Static(cfg), facts, Chains(Capabilities{}))
 	return offline.NewAdmitter(map[string]offline.KindHandlers{
-		chain.KindVM:  {Mutate: hs[webhook.PathMutateVM], Validate: hs[webhook.PathValidateVM], Resource: "virtualmachines"},
-		chain.KindVMI: {Mutate: hs[webhook.PathMutateVMI], Validate: hs[webhook.PathValidateVMI], Resource: "virtualmachineinstances"},
+		string(chain.KindVM):  {Mutate: hs[webhook.PathMutateVM], Validate: hs[webhook.PathValidateVM], Resource: "virtualmachines"},
+		string(chain.KindVMI): {Mutate: hs[webhook.PathMutateVMI], Validate: hs[webhook.PathValidateVMI], Resource: "virtualmachineinstances"},
 	}, related...)
 }
