@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -14,36 +13,26 @@ import (
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/chain"
+	"github.com/kvnet/kvnet/internal/chain/chaintest"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
-	"github.com/kvnet/kvnet/internal/model/netattach"
+	"github.com/kvnet/kvnet/internal/lookup/lookuptest"
 	"github.com/kvnet/kvnet/validators"
 )
 
 const ns = "tenant-a"
 
-func nadInfo(namespace, name, resource, cniConfig string) *netattach.Info {
-	n := &nadv1.NetworkAttachmentDefinition{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: cniConfig},
-	}
-	if resource != "" {
-		n.Annotations = map[string]string{netattach.ResourceNameAnnotation: resource}
-	}
-	return netattach.Parse(n)
-}
+var nadInfo = lookuptest.NAD
 
 func testFacts(kv *kubevirtv1.KubeVirt) *lookup.Snapshot {
-	s := &lookup.Snapshot{NADs: map[string]*netattach.Info{}, KubeVirtCR: kv}
-	for _, i := range []*netattach.Info{
+	s := lookuptest.Facts(
 		nadInfo(ns, "br", "", `{"cniVersion":"0.4.0","name":"br","type":"bridge"}`),
 		nadInfo(ns, "vf", "intel.com/sriov_netdevice", `{"cniVersion":"0.4.0","name":"vf","type":"sriov"}`),
 		nadInfo(ns, "vd", "jaguarmicro.com/jaguar", `{"cniVersion":"0.4.0","name":"vd","type":"sriov"}`),
 		nadInfo(ns, "ovn", "", `{"cniVersion":"0.3.0","type":"kube-ovn"}`),
 		nadInfo(ns, "broken", "", `{"cniVersion":`),
-	} {
-		s.NADs[i.Ref()] = i
-	}
+	)
+	s.KubeVirtCR = kv
 	return s
 }
 
@@ -69,18 +58,8 @@ var defaultConfig = func() *config.Config {
 // vmi, for a standalone VMI whose spec is the same).
 func vmRequest(t testing.TB, specYAML string, vmi bool) *chain.Request {
 	t.Helper()
-	var tmpl kubevirtv1.VirtualMachineInstanceTemplateSpec
-	if err := yaml.UnmarshalStrict([]byte(specYAML), &tmpl); err != nil {
-		t.Fatalf("test spec: %v", err)
-	}
-	var req *chain.Request
-	if vmi {
-		req = chain.ForVMI(&kubevirtv1.VirtualMachineInstance{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec})
-	} else {
-		req = chain.ForVM(&kubevirtv1.VirtualMachine{Spec: kubevirtv1.VirtualMachineSpec{Template: &tmpl}})
-	}
-	req.Meta.Name, req.Meta.Namespace, req.Name, req.Namespace = "vm1", ns, "vm1", ns
-	req.Operation, req.Config = "CREATE", defaultConfig
+	req := chaintest.Template(t, specYAML, ns, vmi)
+	req.Config = defaultConfig
 	return req
 }
 

@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"syscall"
 	"testing"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/internal/benchmark"
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
@@ -253,17 +252,6 @@ func BenchmarkValidateVM4Networks(b *testing.B) {
 	}
 }
 
-// cpuTime is the CPU time the process has used, in every thread (the
-// garbage collector's too). Unlike ns/op it does not count time spent
-// waiting for a core, so it stays steady on a shared machine.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // floorCPUNsOp holds the floor's CPU ns/op per benchmark, measured just
 // before kvnet's in the same run.
 var floorCPUNsOp = map[string]float64{}
@@ -280,7 +268,7 @@ func benchHTTP(b *testing.B, name string, body []byte, handlers []namedHandler) 
 	for _, h := range append([]namedHandler{{"floor", floor}}, handlers...) {
 		b.Run(name+"/"+h.name, func(b *testing.B) {
 			b.ReportAllocs()
-			cpu0 := cpuTime(b)
+			cpu0 := benchmark.CPUTime()
 			for b.Loop() {
 				r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 				r.Header.Set("Content-Type", "application/json")
@@ -290,7 +278,7 @@ func benchHTTP(b *testing.B, name string, body []byte, handlers []namedHandler) 
 					b.Fatalf("status %d", w.Code)
 				}
 			}
-			cpu := float64((cpuTime(b) - cpu0).Nanoseconds()) / float64(b.N)
+			cpu := float64((benchmark.CPUTime() - cpu0).Nanoseconds()) / float64(b.N)
 			b.ReportMetric(cpu, "cpu-ns/op")
 			if h.name == "floor" {
 				floorCPUNsOp[name] = cpu

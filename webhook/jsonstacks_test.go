@@ -12,6 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kvnet/kvnet/internal/benchmark"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -23,13 +24,13 @@ var stackCPU = map[string]float64{}
 func measure(b *testing.B, name string, f func() error) {
 	b.Run(name, func(b *testing.B) {
 		b.ReportAllocs()
-		cpu0 := cpuTime(b)
+		cpu0 := benchmark.CPUTime()
 		for b.Loop() {
 			if err := f(); err != nil {
 				b.Fatal(err)
 			}
 		}
-		cpu := float64((cpuTime(b) - cpu0).Nanoseconds()) / float64(b.N)
+		cpu := float64((benchmark.CPUTime() - cpu0).Nanoseconds()) / float64(b.N)
 		b.ReportMetric(cpu, "cpu-ns/op")
 		stackCPU[name] = cpu
 	})

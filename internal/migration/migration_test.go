@@ -27,6 +27,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/config/configtest"
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/multus"
 )
@@ -35,11 +36,7 @@ const testNS = "kvnet-system"
 
 func mustConfig(t testing.TB, y string) *config.Config {
 	t.Helper()
-	c, err := config.Parse([]byte(y), testNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return configtest.Must(t, y, testNS)
 }
 
 const bothNetworks = `

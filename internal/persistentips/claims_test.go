@@ -6,25 +6,22 @@ import (
 	"fmt"
 	"testing"
 
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/lookup/lookuptest"
 )
 
 func testFacts() *lookup.Snapshot {
-	mk := func(ns, name, cfg string) nadv1.NetworkAttachmentDefinition {
-		return nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: cfg}}
-	}
-	return lookup.NewSnapshot([]nadv1.NetworkAttachmentDefinition{
-		mk("a", "blue", `{"name":"blue-net","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
-		mk("shared", "red", `{"name":"red-net","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
-		mk("a", "noname", `{"type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
-		mk("a", "plain", `{"name":"plain","type":"bridge"}`),
-	}, nil, nil)
+	return lookuptest.Facts(
+		lookuptest.NAD("a", "blue", "", `{"name":"blue-net","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
+		lookuptest.NAD("shared", "red", "", `{"name":"red-net","type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
+		lookuptest.NAD("a", "noname", "", `{"type":"ovn-k8s-cni-overlay","allowPersistentIPs":true}`),
+		lookuptest.NAD("a", "plain", "", `{"name":"plain","type":"bridge"}`),
+	)
 }
 
 const testVM = `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"web","uid":"u-1"},

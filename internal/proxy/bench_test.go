@@ -6,11 +6,11 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/internal/benchmark"
 )
 
 // sinkServer discards everything each connection sends and closes when the
@@ -25,12 +25,6 @@ func sinkServer(b *testing.B, ln net.Listener, echo bool) {
 			}
 		})
 	}()
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // push sends per bytes on each of n parallel connections to addr and
@@ -100,12 +94,12 @@ func BenchmarkChain(b *testing.B) {
 				var dWall, cWall, dCPU, cCPU time.Duration
 				var fair float64
 				for b.Loop() {
-					c0 := cpuTime()
+					c0 := benchmark.CPUTime()
 					w, _ := push(b, direct.Addr().String(), n, per, buf)
-					dWall, dCPU = dWall+w, dCPU+cpuTime()-c0
-					c0 = cpuTime()
+					dWall, dCPU = dWall+w, dCPU+benchmark.CPUTime()-c0
+					c0 = benchmark.CPUTime()
 					w, durs := push(b, ch.sourceAddr, n, per, buf)
-					cWall, cCPU = cWall+w, cCPU+cpuTime()-c0
+					cWall, cCPU = cWall+w, cCPU+benchmark.CPUTime()-c0
 					fair += jain(durs, per)
 				}
 				gib := float64(b.N) * float64(per*int64(n)) / (1 << 30)

@@ -36,6 +36,7 @@ var mayImport = map[string][]string{
 	// An annotation's network is a config network, validated as one.
 	"internal/model/requested": {"internal/model", "internal/config"},
 	"internal/metrics":         {},
+	"internal/benchmark":       {},
 	"internal/version":         {},
 	"internal/apijson":         {},
 	"internal/patch":           {},

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/kvnet/kvnet/internal/benchmark"
 )
 
 func fixture(t testing.TB) (*Fixture, []Body) {
@@ -75,17 +75,6 @@ func TestBodies(t *testing.T) {
 // body, measured just before kvnet's in the same run.
 var floorNsOp, floorCPUNsOp = map[string]float64{}, map[string]float64{}
 
-// cpuTime is the CPU time the process has used, in every thread (the
-// garbage collector's too). Unlike ns/op it does not count time spent
-// waiting for a core, so it stays steady on a shared machine.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkWebhooks runs every kvnet webhook in process, from the POSTed
 // AdmissionReview to the encoded answer, next to the do-nothing
 // controller-runtime handler on the same body. Both report cpu-ns/op, the
@@ -104,7 +93,7 @@ func BenchmarkWebhooks(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%s", body.Name, target.name), func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(body.Review)))
-				cpu0 := cpuTime(b)
+				cpu0 := benchmark.CPUTime()
 				for b.Loop() {
 					rec := httptest.NewRecorder()
 					target.h.ServeHTTP(rec, newRequest(body.Path, body.Review))
@@ -112,7 +101,7 @@ func BenchmarkWebhooks(b *testing.B) {
 						b.Fatalf("status %d: %s", rec.Code, rec.Body)
 					}
 				}
-				cpu := float64((cpuTime(b) - cpu0).Nanoseconds()) / float64(b.N)
+				cpu := float64((benchmark.CPUTime() - cpu0).Nanoseconds()) / float64(b.N)
 				b.ReportMetric(cpu, "cpu-ns/op")
 				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 				if target.name == "floor" {
