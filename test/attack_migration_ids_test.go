@@ -37,7 +37,7 @@ func TestTenantCannotCopyAMigrationID(t *testing.T) {
 	id := "mig-" + victim // unique in the run: a VMIM outlives its namespace in envtest
 
 	allowed := func() float64 {
-		return migCounter(t, "kvnet_admission_requests_total", map[string]string{"webhook": webhook.MetricValidateMigration, "outcome": "allowed"})
+		return metricValue(t, "kvnet_admission_requests_total", map[string]string{"webhook": webhook.MetricValidateMigration, "outcome": "allowed"})
 	}
 	beforeAllowed := allowed()
 	in, out := decentralizedVMIM(victim, "vm1-in", id, ""), decentralizedVMIM(victim, "vm1-out", "", id)
@@ -73,7 +73,7 @@ func TestTenantCannotCopyAMigrationID(t *testing.T) {
 	}
 
 	denied := func() float64 {
-		return migCounter(t, "kvnet_step_calls_total", map[string]string{"step": "migration-ids", "kind": string(chain.KindVMIM), "result": "denied"})
+		return metricValue(t, "kvnet_step_calls_total", map[string]string{"step": "migration-ids", "kind": string(chain.KindVMIM), "result": "denied"})
 	}
 	deniedLogs := func() int {
 		return env.Logs.Count("denied", "webhook", webhook.MetricValidateMigration, "namespace", victim, "user", ownerName)

@@ -15,6 +15,7 @@ import (
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/test/migholders"
 )
 
 // The attack of issue 27, item 1: a namespace admin copies KubeVirt's
@@ -34,7 +35,7 @@ func TestTenantLookAlikesTakeNoMigrationAddresses(t *testing.T) {
 	const handlers = 4
 	// 4 virt-handlers and 2 synchronization controllers (alsoInCluster)
 	// fill the 6 in-cluster addresses; the 2 controllers the 2 cross-cluster ones.
-	migSetConfig(t, fmt.Sprintf(`
+	useConfig(t, fmt.Sprintf(`
 migration:
   namespace: %[1]s
   inCluster:
@@ -45,23 +46,23 @@ migration:
     addresses: [10.97.1.10/24, 10.97.1.11/24]
     alsoInCluster: true
 `, kv))
-	ds := migHandlerDaemonSet(t, kv)
-	rs := migSyncReplicaSet(t, kv, 2)
+	ds := migholders.HandlerDaemonSet(t, env.Client, kv)
+	rs := migholders.SyncReplicaSet(t, env.Client, kv, 2)
 	var nodes []string
 	var pods []*corev1.Pod
 	t.Cleanup(func() {
 		for _, p := range pods {
-			migDeletePod(t, p)
+			migholders.DeletePod(t, env.Client, p)
 		}
 		for _, n := range nodes {
-			migDeleteNode(t, n)
+			migholders.DeleteNode(t, env.Client, n)
 		}
-		migWaitNoAllocations(t, migration.PoolInCluster)
-		migWaitNoAllocations(t, migration.PoolCrossCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolInCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolCrossCluster)
 	})
 	for i := range handlers {
 		n := fmt.Sprintf("lookalike-%d", i)
-		migNode(t, n)
+		migholders.Node(t, env.Client, n)
 		nodes = append(nodes, n)
 	}
 
@@ -72,7 +73,7 @@ migration:
 		}
 	}
 	notHolders := func(reason string) float64 {
-		return migCounter(t, "kvnet_migration_not_holder_pods_total", map[string]string{"reason": reason})
+		return metricValue(t, "kvnet_migration_not_holder_pods_total", map[string]string{"reason": reason})
 	}
 	beforeNS, beforeSA := notHolders(config.NotHolderNamespace), notHolders(config.NotHolderServiceAccount)
 	logMsg := "left a pod with KubeVirt's migration labels untouched: it is not a migration address holder"
@@ -83,9 +84,9 @@ migration:
 	// tenant's namespace.
 	var fakes []*corev1.Pod
 	for _, n := range nodes {
-		fakes = append(fakes, migHandlerPod(ds, n, nil))
+		fakes = append(fakes, migholders.HandlerPod(ds, n, nil))
 	}
-	fakes = append(fakes, migSyncPod(rs), migSyncPod(rs))
+	fakes = append(fakes, migholders.SyncPod(rs), migholders.SyncPod(rs))
 	for _, p := range fakes {
 		p.Namespace, p.OwnerReferences = tenant, nil
 		if err := attacker.Create(ctx, p); err != nil {
@@ -97,22 +98,22 @@ migration:
 	// whoever may: it still is not virt-handler).
 	impostor := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: kv, Name: "impostor"}}
 	mustCreate(t, env.Client, impostor)
-	wrongSA := migHandlerPod(ds, nodes[0], nil)
+	wrongSA := migholders.HandlerPod(ds, nodes[0], nil)
 	wrongSA.Spec.ServiceAccountName = impostor.Name
-	pods = append(pods, migCreate(t, wrongSA))
+	pods = append(pods, migholders.Create(t, env.Client, wrongSA))
 
 	for _, p := range append(fakes, wrongSA) {
-		if got := p.Annotations[multus.NetworksAnnotation]; got != migNetworksAnn {
+		if got := p.Annotations[multus.NetworksAnnotation]; got != migholders.NetworksAnnotation {
 			t.Errorf("look-alike %s/%s (account %s) was given migration networks: %s", p.Namespace, p.Name, p.Spec.ServiceAccountName, got)
 		}
 		if len(p.Spec.Containers) != 1 || len(p.Finalizers) != 0 || p.Labels[migration.LabelReservation] != "" {
 			t.Errorf("look-alike %s/%s was changed: %d containers, finalizers %v, labels %v", p.Namespace, p.Name, len(p.Spec.Containers), p.Finalizers, p.Labels)
 		}
 	}
-	if a := migAllocations(t, migration.PoolInCluster); len(a) != 0 {
+	if a := migholders.Allocations(t, env.Client, migration.PoolInCluster); len(a) != 0 {
 		t.Fatalf("look-alikes hold %d in-cluster addresses", len(a))
 	}
-	if a := migAllocations(t, migration.PoolCrossCluster); len(a) != 0 {
+	if a := migholders.Allocations(t, env.Client, migration.PoolCrossCluster); len(a) != 0 {
 		t.Fatalf("look-alikes hold %d cross-cluster addresses", len(a))
 	}
 	if d := notHolders(config.NotHolderNamespace) - beforeNS; d != float64(len(fakes)) {
@@ -127,17 +128,17 @@ migration:
 
 	// The real holders still get every address of the full pools.
 	for _, n := range nodes {
-		p := migCreate(t, migHandlerPod(ds, n, nil))
+		p := migholders.Create(t, env.Client, migholders.HandlerPod(ds, n, nil))
 		pods = append(pods, p)
-		migAddr(t, p, "migration", "migration0")
+		migholders.Addr(t, p, "migration", "migration0")
 	}
 	for range 2 {
-		p := migCreate(t, migSyncPod(rs))
+		p := migholders.Create(t, env.Client, migholders.SyncPod(rs))
 		pods = append(pods, p)
-		migAddr(t, p, "crosscluster", "crosscluster0")
-		migAddr(t, p, "migration", "migration0")
+		migholders.Addr(t, p, "crosscluster", "crosscluster0")
+		migholders.Addr(t, p, "migration", "migration0")
 	}
-	if a := migAllocations(t, migration.PoolInCluster); len(a) != handlers+2 {
+	if a := migholders.Allocations(t, env.Client, migration.PoolInCluster); len(a) != handlers+2 {
 		t.Errorf("%d in-cluster allocations for %d real holders", len(a), handlers+2)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/migholders"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -164,7 +165,7 @@ func TestAPIServerRestartWhileAdmitting(t *testing.T) {
 	piPersistentNAD(t, ns, "blue", "blue-net")
 	// A short reservation timeout lets the leak check below wait for the
 	// release of a reservation the outage orphaned, instead of 2 minutes.
-	migSetConfig(t, testConfig+fmt.Sprintf(`
+	useConfig(t, testConfig+fmt.Sprintf(`
 migration:
   namespace: %[1]s
   inCluster:
@@ -173,15 +174,15 @@ migration:
   reservationTimeout: 5s
 `, ns))
 
-	ds := migHandlerDaemonSet(t, ns)
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
 	nodes := []string{"outage-n0", "outage-n1"}
 	for _, n := range nodes {
-		migNode(t, n)
-		t.Cleanup(func() { migDeleteNode(t, n) })
+		migholders.Node(t, env.Client, n)
+		t.Cleanup(func() { migholders.DeleteNode(t, env.Client, n) })
 	}
-	p0 := migCreate(t, migHandlerPod(ds, nodes[0], nil))
-	t.Cleanup(func() { migDeletePod(t, p0) })
-	migWaitBound(t, migration.PoolInCluster, migAddr(t, p0, "migration", "migration0").Addr(), p0)
+	p0 := migholders.Create(t, env.Client, migholders.HandlerPod(ds, nodes[0], nil))
+	t.Cleanup(func() { migholders.DeletePod(t, env.Client, p0) })
+	migholders.WaitBound(t, env.Client, migration.PoolInCluster, migholders.Addr(t, p0, "migration", "migration0").Addr(), p0)
 
 	vm := piVmWithNetworks(ns, "before", [2]string{"blue", "blue"})
 	piCreateVM(t, vm)
@@ -202,8 +203,8 @@ migration:
 	}
 	ghost := launcher.DeepCopy()
 	ghost.Annotations["kubevirt.io/domain"] = "not-in-cache"
-	newNodePod := migHandlerPod(ds, nodes[1], nil)
-	heldNodePod := migHandlerPod(ds, nodes[0], nil)
+	newNodePod := migholders.HandlerPod(ds, nodes[1], nil)
+	heldNodePod := migholders.HandlerPod(ds, nodes[0], nil)
 	// Each round is one request of every kind; the expectations hold
 	// whether the API server is up, stopping, or down.
 	fromCache := func() error {
@@ -314,18 +315,18 @@ migration:
 		t.Fatalf("VM created after the restart was not mutated: networks %v", got)
 	}
 	// The node refused during the outage gets its address now.
-	p1 := migCreate(t, newNodePod)
-	t.Cleanup(func() { migDeletePod(t, p1) })
-	a1 := migAddr(t, p1, "migration", "migration0").Addr()
-	if a0 := migAddr(t, p0, "migration", "migration0").Addr(); a0 == a1 {
+	p1 := migholders.Create(t, env.Client, newNodePod)
+	t.Cleanup(func() { migholders.DeletePod(t, env.Client, p1) })
+	a1 := migholders.Addr(t, p1, "migration", "migration0").Addr()
+	if a0 := migholders.Addr(t, p0, "migration", "migration0").Addr(); a0 == a1 {
 		t.Fatalf("%s given to the virt-handlers of %s and %s", a0, nodes[0], nodes[1])
 	}
 
 	// Settled: every address bound to exactly one live pod, every claim
 	// to an existing VM, every VM with exactly its claim.
 	framework.Eventually(t, "migration addresses bound one to one to the live pods", 90*time.Second, func() error {
-		allocs := migAllocations(t, migration.PoolInCluster)
-		want := map[netip.Addr]*corev1.Pod{migAddr(t, p0, "migration", "migration0").Addr(): p0, a1: p1}
+		allocs := migholders.Allocations(t, env.Client, migration.PoolInCluster)
+		want := map[netip.Addr]*corev1.Pod{migholders.Addr(t, p0, "migration", "migration0").Addr(): p0, a1: p1}
 		if len(allocs) != len(want) {
 			return fmt.Errorf("%d allocations for %d pods: %v", len(allocs), len(want), allocationList(allocs))
 		}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/migholders"
 )
 
 // The lease of kvnet's controllers changes hands twice (replica A, then B,
@@ -31,7 +32,7 @@ func TestLeaderHandoverWhileCreating(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	piPersistentNAD(t, ns, "blue", "blue-net")
-	migSetConfig(t, testConfig+fmt.Sprintf("excludedNamespaces: [kube-system, %s]\n", ns))
+	useConfig(t, testConfig+fmt.Sprintf("excludedNamespaces: [kube-system, %s]\n", ns))
 	in := newFaultInstall(t, fmt.Sprintf(`
 migration:
   namespace: %[1]s
@@ -46,8 +47,8 @@ migration:
 	b := in.start(env.Config, "b")
 	in.svc.SetEndpoints(a.Addr, b.Addr)
 	in.registerMigrationPods(ns)
-	ds := migHandlerDaemonSet(t, ns)
-	in.waitCalled(migHandlerPod(ds, "probe", nil), "10.95.0.")
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
+	in.waitCalled(migholders.HandlerPod(ds, "probe", nil), "10.95.0.")
 
 	var (
 		mu      sync.Mutex
@@ -58,10 +59,10 @@ migration:
 	)
 	removeAll := func() {
 		for _, p := range pods {
-			migDeletePod(t, p)
+			migholders.DeletePod(t, env.Client, p)
 		}
 		for _, n := range nodes {
-			migDeleteNode(t, n)
+			migholders.DeleteNode(t, env.Client, n)
 		}
 	}
 	t.Cleanup(removeAll) // on failure; the test's end checks the release itself
@@ -112,7 +113,7 @@ migration:
 			var p *corev1.Pod
 			var err error
 			for attempt := 0; attempt < 20; attempt++ {
-				p = migHandlerPod(ds, node, nil)
+				p = migholders.HandlerPod(ds, node, nil)
 				if err = env.Client.Create(ctx, p); err == nil {
 					break
 				}

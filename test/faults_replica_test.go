@@ -21,6 +21,7 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/migholders"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -237,16 +238,16 @@ migration:
 	b := in.start(env.Config, "survivor")
 	in.svc.SetEndpoints(b.Addr)
 	in.registerMigrationPods(ns)
-	ds := migHandlerDaemonSet(t, ns)
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
 	nodes := []string{"kill-n1", "kill-n2"}
 	for _, n := range nodes {
-		migNode(t, n)
+		migholders.Node(t, env.Client, n)
 	}
-	in.waitCalled(migHandlerPod(ds, nodes[0], nil), "10.94.0.")
+	in.waitCalled(migholders.HandlerPod(ds, nodes[0], nil), "10.94.0.")
 
 	// The survivor (a follower) admits p2; the leader's controller goes to
 	// bind it, and that write is held.
-	p2 := migCreate(t, migHandlerPod(ds, nodes[1], nil))
+	p2 := migholders.Create(t, env.Client, migholders.HandlerPod(ds, nodes[1], nil))
 	select {
 	case what := <-bindHeld.Held:
 		t.Logf("held the leader's bind: %s", what)
@@ -261,7 +262,7 @@ migration:
 	// answer to the webhook's write is held, so the API server waits.
 	in.svc.SetEndpoints(a.Addr)
 	p1err := make(chan error, 1)
-	go func() { p1err <- env.Client.Create(context.Background(), migHandlerPod(ds, nodes[0], nil)) }()
+	go func() { p1err <- env.Client.Create(context.Background(), migholders.HandlerPod(ds, nodes[0], nil)) }()
 	select {
 	case what := <-createHeld.Held:
 		t.Logf("held the leader's reservation write: %s", what)
@@ -302,14 +303,14 @@ migration:
 	in.waitLeader(b, "survivor")
 
 	// The DaemonSet controller retries p1; the survivor admits it.
-	p1 := migCreate(t, migHandlerPod(ds, nodes[0], nil))
+	p1 := migholders.Create(t, env.Client, migholders.HandlerPod(ds, nodes[0], nil))
 	pods := []*corev1.Pod{p1, p2}
 	t.Cleanup(func() {
 		for _, p := range pods {
-			migDeletePod(t, p)
+			migholders.DeletePod(t, env.Client, p)
 		}
 		for _, n := range nodes {
-			migDeleteNode(t, n)
+			migholders.DeleteNode(t, env.Client, n)
 		}
 		framework.Eventually(t, "every address released once pods and nodes are gone", 60*time.Second, func() error {
 			left, err := in.allocations()

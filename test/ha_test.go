@@ -94,10 +94,10 @@ func TestConfigReloadsOnEveryReplica(t *testing.T) {
 	writeConfig(t, path, haPolicy("v2"))
 	framework.Eventually(t, "policy v2 on every replica", 30*time.Second, onEvery("v2"))
 
-	failed := migCounter(t, "kvnet_config_reloads_total", map[string]string{"result": "failure"})
+	failed := metricValue(t, "kvnet_config_reloads_total", map[string]string{"result": "failure"})
 	writeConfig(t, path, "networkRules: [{name: broken, networks: [{name: x}]}]\n")
 	framework.Eventually(t, "the broken file counted once per replica", 30*time.Second, func() error {
-		if got := migCounter(t, "kvnet_config_reloads_total", map[string]string{"result": "failure"}) - failed; got != float64(len(rs)) {
+		if got := metricValue(t, "kvnet_config_reloads_total", map[string]string{"result": "failure"}) - failed; got != float64(len(rs)) {
 			return fmt.Errorf("%v failures counted, want %d", got, len(rs))
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvnet/kvnet/internal/migration"
+	"github.com/kvnet/kvnet/test/migholders"
 )
 
 // The config is checked against the cluster: a missing NAD is an error
@@ -15,7 +16,7 @@ import (
 func TestMigrationConfigCheckedAgainstCluster(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "crosscluster", "", fmt.Sprintf(bridgeConfig, "crosscluster"))
-	migSyncReplicaSet(t, ns, 2)
+	migholders.SyncReplicaSet(t, env.Client, ns, 2)
 	cfg, err := env.SetConfig(fmt.Sprintf(`
 migration:
   namespace: %[1]s
@@ -50,8 +51,8 @@ migration:
 		t.Fatalf("errors = %v, want too few cross-cluster addresses", errs)
 	}
 	// A virt-handler admitted while the NAD is missing is denied, naming the field.
-	ds := migHandlerDaemonSet(t, ns)
-	err = env.Client.Create(context.Background(), migHandlerPod(ds, "mig-nad-1", nil))
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
+	err = env.Client.Create(context.Background(), migholders.HandlerPod(ds, "mig-nad-1", nil))
 	if err == nil || !strings.Contains(err.Error(), "migration.inCluster.nad: NetworkAttachmentDefinition "+ns+"/missing does not exist") {
 		t.Fatalf("want a denial naming migration.inCluster.nad, got %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/migholders"
 )
 
 // virt-handler pods on N nodes get distinct addresses from the pool; a pod
@@ -29,7 +30,7 @@ import (
 func TestMigrationHandlersStickyPerNode(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
-	migSetConfig(t, fmt.Sprintf(`
+	useConfig(t, fmt.Sprintf(`
 migration:
   namespace: %[1]s
   inCluster:
@@ -39,28 +40,28 @@ migration:
       ranges: [10.91.0.10-10.91.0.14]
       exclude: [10.91.0.12]
 `, ns))
-	ds := migHandlerDaemonSet(t, ns)
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
 	nodes := []string{"mig-a-1", "mig-a-2", "mig-a-3", "mig-a-4", "mig-a-5"}
 	pods := map[string]*corev1.Pod{}
 	t.Cleanup(func() {
 		for _, p := range pods {
-			migDeletePod(t, p)
+			migholders.DeletePod(t, env.Client, p)
 		}
 		for _, n := range nodes {
-			migDeleteNode(t, n)
+			migholders.DeleteNode(t, env.Client, n)
 		}
-		migWaitNoAllocations(t, migration.PoolInCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolInCluster)
 	})
 	for _, n := range nodes {
-		migNode(t, n)
+		migholders.Node(t, env.Client, n)
 	}
 	pool := netip.MustParsePrefix("10.91.0.0/24")
 	byNode := map[string]netip.Addr{}
 	seen := map[netip.Addr]string{}
 	for _, n := range nodes[:4] {
-		pod := migCreate(t, migHandlerPod(ds, n, nil))
+		pod := migholders.Create(t, env.Client, migholders.HandlerPod(ds, n, nil))
 		pods[n] = pod
-		p := migAddr(t, pod, "migration", "migration0")
+		p := migholders.Addr(t, pod, "migration", "migration0")
 		if p.Bits() != 24 || !pool.Contains(p.Addr()) || p.Addr() == netip.MustParseAddr("10.91.0.12") {
 			t.Fatalf("node %s got %s: want a /24 address of 10.91.0.10-14 other than the excluded .12", n, p)
 		}
@@ -73,14 +74,14 @@ migration:
 		}
 	}
 	for _, n := range nodes[:4] {
-		migWaitBound(t, migration.PoolInCluster, byNode[n], pods[n])
+		migholders.WaitBound(t, env.Client, migration.PoolInCluster, byNode[n], pods[n])
 	}
 
 	// Recreated at once (the controller may not have seen the deletion) and
 	// again after the controller parked the address: same address both times.
 	for round := 0; round < 2; round++ {
 		old := pods[nodes[1]]
-		migDeletePod(t, old)
+		migholders.DeletePod(t, env.Client, old)
 		if round == 1 {
 			framework.Eventually(t, "address parked for its node", 60*time.Second, func() error {
 				a, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, migration.PoolInCluster, byNode[nodes[1]])
@@ -93,17 +94,17 @@ migration:
 				return nil
 			})
 		}
-		pod := migCreate(t, migHandlerPod(ds, nodes[1], nil))
+		pod := migholders.Create(t, env.Client, migholders.HandlerPod(ds, nodes[1], nil))
 		pods[nodes[1]] = pod
-		if got := migAddr(t, pod, "migration", "migration0").Addr(); got != byNode[nodes[1]] {
+		if got := migholders.Addr(t, pod, "migration", "migration0").Addr(); got != byNode[nodes[1]] {
 			t.Fatalf("round %d: recreated virt-handler on %s got %s, want its node's %s", round, nodes[1], got, byNode[nodes[1]])
 		}
-		migWaitBound(t, migration.PoolInCluster, byNode[nodes[1]], pod)
+		migholders.WaitBound(t, env.Client, migration.PoolInCluster, byNode[nodes[1]], pod)
 	}
 
 	// Exhausted: 4 addresses, 4 nodes; the fifth node's pod is denied.
-	before := migCounter(t, "kvnet_migration_denials_total", map[string]string{"pool": "in-cluster", "reason": "exhausted"})
-	err := env.Client.Create(context.Background(), migHandlerPod(ds, nodes[4], nil))
+	before := metricValue(t, "kvnet_migration_denials_total", map[string]string{"pool": "in-cluster", "reason": "exhausted"})
+	err := env.Client.Create(context.Background(), migholders.HandlerPod(ds, nodes[4], nil))
 	if err == nil {
 		t.Fatalf("a fifth virt-handler got an address from a pool of four")
 	}
@@ -115,17 +116,17 @@ migration:
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("denial should be 403 Forbidden (like an exceeded quota), got %v", err)
 	}
-	if after := migCounter(t, "kvnet_migration_denials_total", map[string]string{"pool": "in-cluster", "reason": "exhausted"}); after != before+1 {
+	if after := metricValue(t, "kvnet_migration_denials_total", map[string]string{"pool": "in-cluster", "reason": "exhausted"}); after != before+1 {
 		t.Fatalf("kvnet_migration_denials_total{in-cluster,exhausted} went %v -> %v, want +1", before, after)
 	}
-	if n := len(migAllocations(t, migration.PoolInCluster)); n != 4 {
+	if n := len(migholders.Allocations(t, env.Client, migration.PoolInCluster)); n != 4 {
 		t.Fatalf("%d allocations after the denial, want the 4 of the live pods", n)
 	}
-	if size := migCounter(t, "kvnet_migration_pool_size", map[string]string{"pool": "in-cluster"}); size != 4 {
+	if size := metricValue(t, "kvnet_migration_pool_size", map[string]string{"pool": "in-cluster"}); size != 4 {
 		t.Fatalf("kvnet_migration_pool_size{in-cluster} = %v, want 4", size)
 	}
 	framework.Eventually(t, "kvnet_migration_pool_used{in-cluster} = 4", 30*time.Second, func() error {
-		if used := migCounter(t, "kvnet_migration_pool_used", map[string]string{"pool": "in-cluster"}); used != 4 {
+		if used := metricValue(t, "kvnet_migration_pool_used", map[string]string{"pool": "in-cluster"}); used != 4 {
 			return fmt.Errorf("%v", used)
 		}
 		return nil
@@ -146,8 +147,8 @@ migration:
 	// Node 3 leaves the cluster; PodGC deletes its virt-handler. The address
 	// is released and the fifth node gets it.
 	gone := byNode[nodes[2]]
-	migDeleteNode(t, nodes[2])
-	migDeletePod(t, pods[nodes[2]])
+	migholders.DeleteNode(t, env.Client, nodes[2])
+	migholders.DeletePod(t, env.Client, pods[nodes[2]])
 	delete(pods, nodes[2])
 	framework.Eventually(t, "removed node's address released", 60*time.Second, func() error {
 		_, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, migration.PoolInCluster, gone)
@@ -156,16 +157,16 @@ migration:
 		}
 		return fmt.Errorf("allocation of %s still there (%v)", gone, err)
 	})
-	pod := migCreate(t, migHandlerPod(ds, nodes[4], nil))
+	pod := migholders.Create(t, env.Client, migholders.HandlerPod(ds, nodes[4], nil))
 	pods[nodes[4]] = pod
-	if got := migAddr(t, pod, "migration", "migration0").Addr(); got != gone {
+	if got := migholders.Addr(t, pod, "migration", "migration0").Addr(); got != gone {
 		t.Fatalf("fifth node got %s, want the released %s", got, gone)
 	}
-	migWaitBound(t, migration.PoolInCluster, gone, pod)
+	migholders.WaitBound(t, env.Client, migration.PoolInCluster, gone, pod)
 
 	// The operator's table (kvnet migration-ips, run as the CLI is) shows
 	// every address with its node and pod.
-	out := migRunCLI(t, "migration-ips", "-n", framework.KvnetNamespace)
+	out := runCLI(t, "migration-ips", "-n", framework.KvnetNamespace)
 	for _, n := range []string{nodes[0], nodes[1], nodes[3], nodes[4]} {
 		row := ""
 		for _, line := range strings.Split(out, "\n") {
@@ -189,36 +190,36 @@ migration:
 func TestMigrationHandlerSurgeOnNode(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
-	migSetConfig(t, fmt.Sprintf(`
+	useConfig(t, fmt.Sprintf(`
 migration:
   namespace: %[1]s
   inCluster:
     nad: %[1]s/migration
     pool: {cidr: 10.96.0.0/28}
 `, ns))
-	ds := migHandlerDaemonSet(t, ns)
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
 	const node = "mig-surge-1"
 	var pods []*corev1.Pod
 	t.Cleanup(func() {
 		for _, p := range pods {
-			migDeletePod(t, p)
+			migholders.DeletePod(t, env.Client, p)
 		}
-		migDeleteNode(t, node)
-		migWaitNoAllocations(t, migration.PoolInCluster)
+		migholders.DeleteNode(t, env.Client, node)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolInCluster)
 	})
-	migNode(t, node)
-	old := migCreate(t, migHandlerPod(ds, node, nil))
+	migholders.Node(t, env.Client, node)
+	old := migholders.Create(t, env.Client, migholders.HandlerPod(ds, node, nil))
 	pods = append(pods, old)
-	x := migAddr(t, old, "migration", "migration0").Addr()
-	migWaitBound(t, migration.PoolInCluster, x, old)
-	surge := migCreate(t, migHandlerPod(ds, node, nil))
+	x := migholders.Addr(t, old, "migration", "migration0").Addr()
+	migholders.WaitBound(t, env.Client, migration.PoolInCluster, x, old)
+	surge := migholders.Create(t, env.Client, migholders.HandlerPod(ds, node, nil))
 	pods = append(pods, surge)
-	y := migAddr(t, surge, "migration", "migration0").Addr()
+	y := migholders.Addr(t, surge, "migration", "migration0").Addr()
 	if y == x {
 		t.Fatalf("two live virt-handlers on %s share %s", node, x)
 	}
-	migWaitBound(t, migration.PoolInCluster, y, surge)
-	migDeletePod(t, old)
+	migholders.WaitBound(t, env.Client, migration.PoolInCluster, y, surge)
+	migholders.DeletePod(t, env.Client, old)
 	framework.Eventually(t, "the old pod's address released, not parked", 60*time.Second, func() error {
 		_, err := migration.AllocationOf(context.Background(), env.Client, framework.KvnetNamespace, migration.PoolInCluster, x)
 		if apierrors.IsNotFound(err) {
@@ -226,10 +227,10 @@ migration:
 		}
 		return fmt.Errorf("allocation of %s still there (%v)", x, err)
 	})
-	migDeletePod(t, surge)
-	next := migCreate(t, migHandlerPod(ds, node, nil))
+	migholders.DeletePod(t, env.Client, surge)
+	next := migholders.Create(t, env.Client, migholders.HandlerPod(ds, node, nil))
 	pods = append(pods, next)
-	if got := migAddr(t, next, "migration", "migration0").Addr(); got != y {
+	if got := migholders.Addr(t, next, "migration", "migration0").Addr(); got != y {
 		t.Fatalf("next virt-handler on %s got %s, want the node's %s", node, got, y)
 	}
 }
@@ -239,7 +240,7 @@ migration:
 func TestMigrationIPv6Pool(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
-	migSetConfig(t, fmt.Sprintf(`
+	useConfig(t, fmt.Sprintf(`
 migration:
   namespace: %[1]s
   inCluster:
@@ -248,46 +249,46 @@ migration:
       cidr: fd00:94::/120
       exclude: [fd00:94::1-fd00:94::f]
 `, ns))
-	ds := migHandlerDaemonSet(t, ns)
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
 	nodes := []string{"mig-v6-1", "mig-v6-2", "mig-v6-3"}
 	var pods []*corev1.Pod
 	t.Cleanup(func() {
 		for _, p := range pods {
-			migDeletePod(t, p)
+			migholders.DeletePod(t, env.Client, p)
 		}
 		for _, n := range nodes {
-			migDeleteNode(t, n)
+			migholders.DeleteNode(t, env.Client, n)
 		}
-		migWaitNoAllocations(t, migration.PoolInCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolInCluster)
 	})
 	pool := netip.MustParsePrefix("fd00:94::/120")
 	seen := map[netip.Addr]bool{}
 	for _, n := range nodes {
-		migNode(t, n)
-		pod := migCreate(t, migHandlerPod(ds, n, nil))
+		migholders.Node(t, env.Client, n)
+		pod := migholders.Create(t, env.Client, migholders.HandlerPod(ds, n, nil))
 		pods = append(pods, pod)
-		p := migAddr(t, pod, "migration", "migration0")
+		p := migholders.Addr(t, pod, "migration", "migration0")
 		if p.Bits() != 120 || !pool.Contains(p.Addr()) || p.Addr().Less(netip.MustParseAddr("fd00:94::10")) || seen[p.Addr()] {
 			t.Fatalf("node %s got %s: want a distinct /120 address of fd00:94::10-ff", n, p)
 		}
 		seen[p.Addr()] = true
-		migWaitBound(t, migration.PoolInCluster, p.Addr(), pod)
+		migholders.WaitBound(t, env.Client, migration.PoolInCluster, p.Addr(), pod)
 	}
-	dry := migHandlerPod(ds, "mig-v6-dry", nil)
+	dry := migholders.HandlerPod(ds, "mig-v6-dry", nil)
 	if err := env.Client.Create(context.Background(), dry, client.DryRunAll); err != nil {
 		t.Fatalf("dry-run create: %v", err)
 	}
-	if p := migAddr(t, dry, "migration", "migration0"); !pool.Contains(p.Addr()) {
+	if p := migholders.Addr(t, dry, "migration", "migration0"); !pool.Contains(p.Addr()) {
 		t.Fatalf("dry run answered %s", p)
 	}
-	if n := len(migAllocations(t, migration.PoolInCluster)); n != len(nodes) {
+	if n := len(migholders.Allocations(t, env.Client, migration.PoolInCluster)); n != len(nodes) {
 		t.Fatalf("%d allocations after a dry run, want %d: a dry run must reserve nothing", n, len(nodes))
 	}
 }
 
-// migRunCLI runs kvnet with args against the test API server, through a
+// runCLI runs kvnet with args against the test API server, through a
 // kubeconfig file as an operator would, and returns its stdout.
-func migRunCLI(t *testing.T, args ...string) string {
+func runCLI(t *testing.T, args ...string) string {
 	t.Helper()
 	user, err := env.Env.AddUser(envtest.User{Name: "mig-operator", Groups: []string{"system:masters"}}, nil)
 	if err != nil {

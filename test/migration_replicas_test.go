@@ -28,6 +28,7 @@ import (
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/migholders"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -42,16 +43,16 @@ func TestMigrationTwoReplicasConcurrent(t *testing.T) {
 	const pods = 200
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
-	migSetConfig(t, fmt.Sprintf(`
+	useConfig(t, fmt.Sprintf(`
 migration:
   namespace: %[1]s
   inCluster:
     nad: %[1]s/migration
     pool: {cidr: 10.92.0.0/24}
 `, ns))
-	ds := migHandlerDaemonSet(t, ns)
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
 	var calls atomic.Int32
-	migReplicaB(t, &calls)
+	startReplicaB(t, &calls)
 
 	nodes := make([]string, pods)
 	for i := range nodes {
@@ -59,7 +60,7 @@ migration:
 	}
 	created := make([]*corev1.Pod, pods)
 	t.Cleanup(func() {
-		migParallel(t, pods, func(i int) error {
+		parallel(t, pods, func(i int) error {
 			if created[i] != nil {
 				if err := env.Client.Delete(context.Background(), created[i]); err != nil && !apierrors.IsNotFound(err) {
 					return err
@@ -67,18 +68,18 @@ migration:
 			}
 			return client.IgnoreNotFound(env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}}))
 		})
-		migWaitNoAllocations(t, migration.PoolInCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolInCluster)
 	})
-	migParallel(t, pods, func(i int) error {
+	parallel(t, pods, func(i int) error {
 		return env.Client.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}})
 	})
 
-	migParallel(t, pods, func(i int) error {
+	parallel(t, pods, func(i int) error {
 		var extra map[string]string
 		if i%2 == 0 {
 			extra = map[string]string{"kvnet-test/replica": "b"}
 		}
-		p := migHandlerPod(ds, nodes[i], extra)
+		p := migholders.HandlerPod(ds, nodes[i], extra)
 		if err := env.Client.Create(context.Background(), p); err != nil {
 			return fmt.Errorf("pod for %s: %w", nodes[i], err)
 		}
@@ -90,14 +91,14 @@ migration:
 	}
 	owner := map[netip.Addr]int{}
 	for i, p := range created {
-		a := migAddr(t, p, "migration", "migration0").Addr()
+		a := migholders.Addr(t, p, "migration", "migration0").Addr()
 		if j, dup := owner[a]; dup {
 			t.Fatalf("%s given to the pods of %s and %s", a, nodes[j], nodes[i])
 		}
 		owner[a] = i
 	}
 	framework.Eventually(t, "every allocation bound to its pod", 120*time.Second, func() error {
-		allocs := migAllocations(t, migration.PoolInCluster)
+		allocs := migholders.Allocations(t, env.Client, migration.PoolInCluster)
 		if len(allocs) != pods {
 			return fmt.Errorf("%d allocations for %d pods", len(allocs), pods)
 		}
@@ -117,10 +118,10 @@ migration:
 	})
 }
 
-// migReplicaB starts a second kvnet replica (its own manager, webhook
+// startReplicaB starts a second kvnet replica (its own manager, webhook
 // server, migration cache, allocator and controller) and has the API server
 // call it for pods labelled kvnet-test/replica=b.
-func migReplicaB(t *testing.T, calls *atomic.Int32) {
+func startReplicaB(t *testing.T, calls *atomic.Int32) {
 	t.Helper()
 	wio := &env.Env.WebhookInstallOptions
 	port := framework.FreePort(t)
@@ -206,8 +207,8 @@ func (m migCountingMutator) MutatePod(context.Context, *chain.PodRequest) error 
 	return nil
 }
 
-// migParallel runs f for 0..n-1 on 25 goroutines and fails on the first error.
-func migParallel(t *testing.T, n int, f func(i int) error) {
+// parallel runs f for 0..n-1 on 25 goroutines and fails on the first error.
+func parallel(t *testing.T, n int, f func(i int) error) {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/migholders"
 )
 
 // Synchronization controllers (a Deployment: pods without name or node at
@@ -26,7 +27,7 @@ func TestMigrationSyncControllersSurgeAndExpiry(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	env.CreateNAD(t, ns, "crosscluster", "", fmt.Sprintf(bridgeConfig, "crosscluster"))
-	migSetConfig(t, fmt.Sprintf(`
+	useConfig(t, fmt.Sprintf(`
 migration:
   namespace: %[1]s
   reservationTimeout: 5s
@@ -38,7 +39,7 @@ migration:
     addresses: [10.93.1.10/24, 10.93.1.11/24, 10.93.1.12/24]
     alsoInCluster: true
 `, ns))
-	rs := migSyncReplicaSet(t, ns, 2)
+	rs := migholders.SyncReplicaSet(t, env.Client, ns, 2)
 	var pods []*corev1.Pod
 	t.Cleanup(func() {
 		for _, p := range pods {
@@ -47,13 +48,13 @@ migration:
 				cur.Finalizers = nil
 				_ = env.Client.Update(context.Background(), &cur)
 			}
-			migDeletePod(t, p)
+			migholders.DeletePod(t, env.Client, p)
 		}
-		migWaitNoAllocations(t, migration.PoolCrossCluster)
-		migWaitNoAllocations(t, migration.PoolInCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolCrossCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolInCluster)
 	})
 	create := func(mod func(*corev1.Pod)) (*corev1.Pod, error) {
-		p := migSyncPod(rs)
+		p := migholders.SyncPod(rs)
 		if mod != nil {
 			mod(p)
 		}
@@ -70,7 +71,7 @@ migration:
 		if err != nil {
 			t.Fatalf("creating a synchronization-controller pod: %v", err)
 		}
-		a := migAddr(t, p, "crosscluster", "crosscluster0")
+		a := migholders.Addr(t, p, "crosscluster", "crosscluster0")
 		if a.Bits() != 24 || !netip.MustParsePrefix("10.93.1.10/31").Contains(a.Addr()) && a.Addr() != netip.MustParseAddr("10.93.1.12") {
 			t.Fatalf("pod got %s, not a listed address", a)
 		}
@@ -78,12 +79,12 @@ migration:
 			t.Fatalf("pods %s and %s both hold %s", other.Name, p.Name, a.Addr())
 		}
 		cc[a.Addr()] = p
-		ic := migAddr(t, p, "migration", "migration0")
+		ic := migholders.Addr(t, p, "migration", "migration0")
 		if !netip.MustParsePrefix("10.93.0.0/24").Contains(ic.Addr()) {
 			t.Fatalf("alsoInCluster: pod got in-cluster %s", ic)
 		}
-		migWaitBound(t, migration.PoolCrossCluster, a.Addr(), p)
-		migWaitBound(t, migration.PoolInCluster, ic.Addr(), p)
+		migholders.WaitBound(t, env.Client, migration.PoolCrossCluster, a.Addr(), p)
+		migholders.WaitBound(t, env.Client, migration.PoolInCluster, ic.Addr(), p)
 		return p
 	}
 	deniedExhausted := func(what string) {
@@ -92,7 +93,7 @@ migration:
 		if err == nil || !strings.Contains(err.Error(), "migration.crossCluster.addresses 3 listed addresses is exhausted: all 3 addresses") {
 			t.Fatalf("%s: want the cross-cluster exhaustion denial, got %v", what, err)
 		}
-		if n := len(migAllocations(t, migration.PoolInCluster)); n != len(cc) {
+		if n := len(migholders.Allocations(t, env.Client, migration.PoolInCluster)); n != len(cc) {
 			t.Fatalf("%s: %d in-cluster allocations for %d live holders: the denied pod's in-cluster reservation was left behind", what, n, len(cc))
 		}
 	}
@@ -105,7 +106,7 @@ migration:
 
 	// The Deployment controller deletes old1; its finalizer keeps it around
 	// (as a kubelet would during the grace period): it still holds its address.
-	migDeletePod(t, old1)
+	migholders.DeletePod(t, env.Client, old1)
 	deniedExhausted("while the old pod is terminating")
 	var cur corev1.Pod
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(old1), &cur); err != nil {
@@ -115,21 +116,21 @@ migration:
 	if err := env.Client.Update(context.Background(), &cur); err != nil {
 		t.Fatal(err)
 	}
-	oldAddr := migAddr(t, old1, "crosscluster", "crosscluster0").Addr()
+	oldAddr := migholders.Addr(t, old1, "crosscluster", "crosscluster0").Addr()
 	delete(cc, oldAddr)
 	framework.Eventually(t, "the rolled-out pod's address taken by the next new pod", 60*time.Second, func() error {
 		p, err := create(nil)
 		if err != nil {
 			return err
 		}
-		if got := migAddr(t, p, "crosscluster", "crosscluster0").Addr(); got != oldAddr {
+		if got := migholders.Addr(t, p, "crosscluster", "crosscluster0").Addr(); got != oldAddr {
 			t.Fatalf("next pod got %s, want the freed %s", got, oldAddr)
 		}
 		cc[oldAddr] = p
 		return nil
 	})
-	migDeletePod(t, old2)
-	delete(cc, migAddr(t, old2, "crosscluster", "crosscluster0").Addr())
+	migholders.DeletePod(t, env.Client, old2)
+	delete(cc, migholders.Addr(t, old2, "crosscluster", "crosscluster0").Addr())
 	_ = surge
 
 	// A create that fails after admission (the pod is invalid: validation
@@ -140,13 +141,13 @@ migration:
 		t.Fatalf("want the invalid pod refused by validation, got %v", err)
 	}
 	var reserved *migration.Allocation
-	for _, a := range migAllocations(t, migration.PoolCrossCluster) {
+	for _, a := range migholders.Allocations(t, env.Client, migration.PoolCrossCluster) {
 		if a.State == migration.StateReserved {
 			reserved = a
 		}
 	}
 	if reserved == nil {
-		t.Fatalf("no reservation left by the failed create; allocations: %v", migAllocations(t, migration.PoolCrossCluster))
+		t.Fatalf("no reservation left by the failed create; allocations: %v", migholders.Allocations(t, env.Client, migration.PoolCrossCluster))
 	}
 	if _, err := create(nil); err == nil || !strings.Contains(err.Error(), "1 reserved") {
 		t.Fatalf("while the failed create's reservation is pending, want a denial that counts it, got %v", err)
@@ -159,7 +160,7 @@ migration:
 		return fmt.Errorf("still there (%v)", err)
 	})
 	p := admit(nil)
-	if got := migAddr(t, p, "crosscluster", "crosscluster0").Addr(); got != reserved.Address {
+	if got := migholders.Addr(t, p, "crosscluster", "crosscluster0").Addr(); got != reserved.Address {
 		t.Fatalf("got %s, want the expired reservation's %s", got, reserved.Address)
 	}
 }

@@ -437,13 +437,13 @@ func TestPersistentIPsStandaloneVMI(t *testing.T) {
 	if refs := piClaimRefs(t, piStoredPod(t, pod)); refs["tenant"] != "solo.tenant" {
 		t.Fatalf("claim references = %v", refs)
 	}
-	held := migCounter(t, "kvnet_persistentips_claims_held_for_launcher_total", nil)
+	held := metricValue(t, "kvnet_persistentips_claims_held_for_launcher_total", nil)
 	piDeleteAndWait(t, vmi)
 	// The pod (Pending: envtest has no kubelet) is still active, so the
 	// claim stays held. Wait until the controller has reconciled the VMI's
 	// deletion and decided so, then check the claim: no timing window.
 	piEventually(t, "controller kept the claim for the active launcher pod", func() error {
-		if got := migCounter(t, "kvnet_persistentips_claims_held_for_launcher_total", nil); got <= held {
+		if got := metricValue(t, "kvnet_persistentips_claims_held_for_launcher_total", nil); got <= held {
 			return fmt.Errorf("no reconcile has kept a claim since the VMI was deleted")
 		}
 		return nil

@@ -504,7 +504,7 @@ func sameKeys(m map[string]proxy.Binding, want []string) bool {
 // proxyRefusals is the target side's kvnet_proxy_refused_total for r.
 func proxyRefusals(t *testing.T, r proxy.RefusalCode) float64 {
 	t.Helper()
-	return migCounter(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": r.String()})
+	return metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": r.String()})
 }
 
 // allocateHandlerAddress writes, in namespace ns (the proxy's, standing for

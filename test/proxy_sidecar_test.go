@@ -21,6 +21,7 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/test/framework"
+	"github.com/kvnet/kvnet/test/migholders"
 )
 
 // sidecarConfig is kvnet's policy in sidecar mode as the chart renders it:
@@ -128,8 +129,8 @@ func checkSidecarPod(t *testing.T, p *corev1.Pod) {
 	if cert != 1 || len(p.Spec.Volumes) != 4 {
 		t.Fatalf("pod %s volumes %+v: want virt-operator's three and the proxy certificate once", p.Name, p.Spec.Volumes)
 	}
-	migAddr(t, p, "crosscluster", "crosscluster0")
-	migAddr(t, p, "migration", "migration0")
+	migholders.Addr(t, p, "crosscluster", "crosscluster0")
+	migholders.Addr(t, p, "migration", "migration0")
 }
 
 // The address count of sidecar mode, on a real API server with kvnet's
@@ -145,7 +146,7 @@ func TestProxySidecarAddressCount(t *testing.T) {
 	ns := env.NewNamespace(t, nil)
 	env.CreateNAD(t, ns, "migration", "", fmt.Sprintf(bridgeConfig, "migration"))
 	env.CreateNAD(t, ns, "crosscluster", "", fmt.Sprintf(bridgeConfig, "crosscluster"))
-	migSetConfig(t, fmt.Sprintf(sidecarConfig, ns, true))
+	useConfig(t, fmt.Sprintf(sidecarConfig, ns, true))
 	ctx := context.Background()
 	dep, rs := syncControllerDeployment(t, ns)
 	fixture := dep.DeepCopy()
@@ -153,30 +154,30 @@ func TestProxySidecarAddressCount(t *testing.T) {
 	var pods []*corev1.Pod
 	t.Cleanup(func() {
 		for _, p := range pods {
-			migDeletePod(t, p)
+			migholders.DeletePod(t, env.Client, p)
 		}
-		migWaitNoAllocations(t, migration.PoolCrossCluster)
-		migWaitNoAllocations(t, migration.PoolInCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolCrossCluster)
+		migholders.WaitNoAllocations(t, env.Client, migration.PoolInCluster)
 	})
 	create := func(p *corev1.Pod) *corev1.Pod {
 		t.Helper()
-		migCreate(t, p)
+		migholders.Create(t, env.Client, p)
 		pods = append(pods, p)
 		return p
 	}
 
 	const n = 2 // the fixture's replicas
 	for range n {
-		checkSidecarPod(t, create(migSyncPod(rs)))
+		checkSidecarPod(t, create(migholders.SyncPod(rs)))
 	}
-	migNode(t, "sidecar-node1")
-	t.Cleanup(func() { migDeleteNode(t, "sidecar-node1") })
-	ds := migHandlerDaemonSet(t, ns)
-	h := create(migHandlerPod(ds, "sidecar-node1", nil))
+	migholders.Node(t, env.Client, "sidecar-node1")
+	t.Cleanup(func() { migholders.DeleteNode(t, env.Client, "sidecar-node1") })
+	ds := migholders.HandlerDaemonSet(t, env.Client, ns)
+	h := create(migholders.HandlerPod(ds, "sidecar-node1", nil))
 	if got := containerNames(h); len(got) != 1 {
 		t.Fatalf("virt-handler containers %v: it must get no sidecar", got)
 	}
-	migAddr(t, h, "migration", "migration0")
+	migholders.Addr(t, h, "migration", "migration0")
 	if staticIPs(t, h, "crosscluster") {
 		t.Fatalf("virt-handler got a cross-cluster element: %s", h.Annotations["k8s.v1.cni.cncf.io/networks"])
 	}
@@ -186,7 +187,7 @@ func TestProxySidecarAddressCount(t *testing.T) {
 	countCrossCluster := func(want int) {
 		t.Helper()
 		framework.Eventually(t, "every cross-cluster address bound to a synchronization-controller pod", 60*time.Second, func() error {
-			allocs := migAllocations(t, migration.PoolCrossCluster)
+			allocs := migholders.Allocations(t, env.Client, migration.PoolCrossCluster)
 			if len(allocs) != want {
 				return fmt.Errorf("%d cross-cluster allocations, want %d", len(allocs), want)
 			}
@@ -216,12 +217,12 @@ func TestProxySidecarAddressCount(t *testing.T) {
 
 	// Idempotent through the API server: a pod whose manifest already
 	// carries the sidecar (copied from an injected one) gets no second one.
-	copied := migSyncPod(rs)
+	copied := migholders.SyncPod(rs)
 	copied.Spec = *pods[0].Spec.DeepCopy()
 	copied.Spec.NodeName = ""
 	checkSidecarPod(t, create(copied))
 	countCrossCluster(n + 1)
-	migDeletePod(t, copied)
+	migholders.DeletePod(t, env.Client, copied)
 	countCrossCluster(n)
 
 	// An UPDATE (the sync controller's pod relabelled) keeps the one sidecar.
@@ -253,19 +254,19 @@ func TestProxySidecarAddressCount(t *testing.T) {
 	rolled := syncReplicaSetOf(t, &stored, "8d9e0f1a2")
 	old := append([]*corev1.Pod(nil), pods[:n]...)
 	for i := range n {
-		checkSidecarPod(t, create(migSyncPod(rolled)))
-		migDeletePod(t, old[i])
+		checkSidecarPod(t, create(migholders.SyncPod(rolled)))
+		migholders.DeletePod(t, env.Client, old[i])
 	}
 	countCrossCluster(n)
 
 	// The off switch: a new pod gets no sidecar and, without
 	// alsoInCluster, only its cross-cluster address.
-	migSetConfig(t, fmt.Sprintf(sidecarConfig, ns, false))
-	off := create(migSyncPod(rolled))
+	useConfig(t, fmt.Sprintf(sidecarConfig, ns, false))
+	off := create(migholders.SyncPod(rolled))
 	if got := containerNames(off); len(got) != 1 || got[0] != "sync" {
 		t.Fatalf("with the sidecar off the pod has containers %v", got)
 	}
-	migAddr(t, off, "crosscluster", "crosscluster0")
+	migholders.Addr(t, off, "crosscluster", "crosscluster0")
 	if staticIPs(t, off, "migration") {
 		t.Fatalf("with the sidecar off and no alsoInCluster the pod still got migration0 from kvnet")
 	}
