@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -352,11 +353,8 @@ func LoadPeers(path string) ([]*proxy.Peer, error) {
 }
 
 func proxyCommand() *cobra.Command {
-	var o ProxyOptions
+	var f proxyFlags
 	var zo zap.Options
-	var certFile, keyFile, peersFile, mode, modes, advertiseIf, hopIf string
-	var hopPort int
-	var sources []string
 	c := &cobra.Command{
 		Use:   "proxy",
 		Short: "Relay decentralized live migrations between clusters, proxy to proxy over mutual TLS",
@@ -377,61 +375,14 @@ its VMI's targetState, and dials that in-cluster endpoint.
 See docs/migration-proxy.md.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			// Refused metrics flags fail before anything else is read.
-			if _, err := o.metrics().serverOptions(); err != nil {
+			if _, err := f.o.metrics().serverOptions(); err != nil {
 				return err
 			}
 			log := zap.New(zap.UseFlagOptions(&zo))
 			ctrl.SetLogger(log)
-			if o.AdvertiseAddress == "" && advertiseIf != "" {
-				a, err := interfaceIP(advertiseIf)
-				if err != nil {
-					return fmt.Errorf("--advertise-interface: %w", err)
-				}
-				o.AdvertiseAddress = a
-			}
-			if o.HopListen == "" && hopIf != "" {
-				a, err := interfaceIP(hopIf)
-				if err != nil {
-					return fmt.Errorf("--hop-interface: %w", err)
-				}
-				o.HopListen = net.JoinHostPort(a, strconv.Itoa(hopPort))
-			}
-			if net.ParseIP(o.AdvertiseAddress) == nil {
-				return fmt.Errorf("--advertise-address %q: want the proxy pod's in-cluster migration address (an IP)", o.AdvertiseAddress)
-			}
-			var err error
-			if o.Mode, err = proxy.ParseMode(mode); err != nil {
-				return fmt.Errorf("--mode: %w", err)
-			}
-			if modes != "" {
-				for _, m := range splitComma(modes) {
-					pm, err := proxy.ParseMode(m)
-					if err != nil {
-						return fmt.Errorf("--accept-modes: %w", err)
-					}
-					o.Modes = append(o.Modes, pm)
-				}
-			}
-			for _, s := range sources {
-				p, err := netip.ParsePrefix(s)
-				if err != nil {
-					return fmt.Errorf("--allowed-sources %q: %w", s, err)
-				}
-				o.AllowedSources = append(o.AllowedSources, p)
-			}
-			// Safe by default: the source listeners take only the clients
-			// they are told of. A flat lab network says 0.0.0.0/0 aloud.
-			if len(o.AllowedSources) == 0 {
-				return fmt.Errorf("--allowed-sources: name the in-cluster migration ranges the source virt-handlers connect from (the chart passes the in-cluster pool's CIDR); 0.0.0.0/0 and ::/0 accept any client")
-			}
-			if peersFile != "" {
-				if o.Peers, err = LoadPeers(peersFile); err != nil {
-					return err
-				}
-				if o.Cert, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
-					return fmt.Errorf("--cert-file/--key-file: %w", err)
-				}
-				o.CertFile, o.KeyFile = certFile, keyFile
+			o, err := f.options()
+			if err != nil {
+				return err
 			}
 			restCfg, err := ctrl.GetConfig()
 			if err != nil {
@@ -445,39 +396,142 @@ See docs/migration-proxy.md.`,
 			return mgr.Start(c.Context())
 		},
 	}
-	fs := c.Flags()
-	fs.StringVar(&o.AdvertiseAddress, "advertise-address", os.Getenv("KVNET_PROXY_ADDRESS"), "in-cluster IP the source listeners bind and that is published to virt-handler (the pod's migration0 address)")
-	fs.StringVar(&advertiseIf, "advertise-interface", "", "take --advertise-address from this interface (migration0: the address kvnet's migration-pods webhook gave the pod)")
-	fs.StringVar(&hopIf, "hop-interface", "", "take the hop listener's host from this interface (crosscluster0)")
-	fs.IntVar(&hopPort, "hop-port", 9444, "port of the hop listener with --hop-interface")
-	fs.StringVar(&o.HopListen, "hop-listen", "", "host:port of the cross-cluster hop listener (the pod's crosscluster0 address); empty: no target side")
-	fs.StringVar(&certFile, "cert-file", "/etc/kvnet/proxy/tls.crt", "this proxy's certificate (server and client use) for the hop")
-	fs.StringVar(&keyFile, "key-file", "/etc/kvnet/proxy/tls.key", "its key")
-	fs.StringVar(&peersFile, "peers", "", "YAML file of peer proxies (name, addresses, caFile, serverName, connectHosts); empty: dial remote nodes directly (flat networks only)")
-	fs.StringVar(&mode, "mode", "tls", "hop mode this proxy asks for: tls (all encrypted) or authenticated (mutual-TLS handshake, then plain bytes; only with KubeVirt migration TLS on)")
-	fs.StringVar(&modes, "accept-modes", "", "comma-separated hop modes accepted from peers (default both)")
-	fs.StringSliceVar(&sources, "allowed-sources", nil, "CIDRs the source listeners accept clients from (the in-cluster migration ranges); required")
-	fs.IntVar(&o.MaxMigrations, "max-migrations", proxy.DefaultMaxMigrations, "migrations relayed at once; more wait --queue-wait, then are refused")
-	fs.IntVar(&o.MaxPerNamespace, "max-migrations-per-namespace", 0, "one namespace's share of --max-migrations (0: half of it, rounded up), so one tenant cannot hold every slot")
-	fs.IntVar(&o.MaxRelayConns, "max-relay-connections", proxy.DefaultMaxRelayConns, "clients one source listener relays at once; more are closed at once")
-	fs.DurationVar(&o.QueueWait, "queue-wait", proxy.DefaultQueueWait, "how long a migration over the cap waits for a slot")
-	fs.DurationVar(&o.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout of each dial (peer proxy, target virt-handler)")
-	fs.DurationVar(&o.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close a stream that moved no byte for this long")
-	fs.BoolVar(&o.CASync, "kubevirt-ca-sync", true, "keep KubeVirt's CA bundles in step with the peers over the hop: offer kubevirt-ca, store theirs in kubevirt-external-ca (with --peers and the hop listener)")
-	fs.StringVar(&o.KubeVirtNamespace, "kubevirt-namespace", proxy.DefaultKubeVirtNamespace, "KubeVirt's namespace: kubevirt-ca and kubevirt-external-ca")
-	fs.DurationVar(&o.CASyncInterval, "kubevirt-ca-sync-interval", proxy.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
-	fs.BoolVar(&o.ReceiveIdentities, "receive-network-identities", true, "take the network identity (claim IPs and MACs) of a migration from the peer it is bound to and write it into the receiving VM's IPAMClaims (with --peers and the hop listener)")
-	fs.BoolVar(&o.SendIdentities, "send-network-identities", true, "offer a migrating VM's network identity (claim IPs and MACs) to the peer its sending VMIM names, before the target pod exists (with --peers)")
-	registerMetricsFlags(fs, &o.MetricsAddr, &o.MetricsInsecure, &o.MetricsCertDir)
-	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")
-	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "kvnet-migration-proxy", "lease name for leader election")
-	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "kvnet's namespace: the lease and the mappings ConfigMap")
-	fs.BoolVar(&o.CreateObjects, "create-objects", false, "create the lease (--leader-election-id) and the ConfigMaps kvnet-migration-proxy-mappings and kvnet-migration-proxy-bindings in --namespace when missing (needs create on leases and configmaps there); off: kvnet's chart creates them and a missing one is logged by name")
+	f.register(c.Flags())
 	gofs := goFlagSet()
 	zo.BindFlags(gofs)
-	fs.AddGoFlagSet(gofs)
+	c.Flags().AddGoFlagSet(gofs)
 	return c
+}
+
+// proxyFlags are `kvnet proxy`'s flags as given: ProxyOptions, and the
+// values options turns into them.
+type proxyFlags struct {
+	o                                                             ProxyOptions
+	certFile, keyFile, peersFile, mode, modes, advertiseIf, hopIf string
+	hopPort                                                       int
+	sources                                                       []string
+}
+
+// register defines the flags on fs.
+func (f *proxyFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.o.AdvertiseAddress, "advertise-address", os.Getenv("KVNET_PROXY_ADDRESS"), "in-cluster IP the source listeners bind and that is published to virt-handler (the pod's migration0 address)")
+	fs.StringVar(&f.advertiseIf, "advertise-interface", "", "take --advertise-address from this interface (migration0: the address kvnet's migration-pods webhook gave the pod)")
+	fs.StringVar(&f.hopIf, "hop-interface", "", "take the hop listener's host from this interface (crosscluster0)")
+	fs.IntVar(&f.hopPort, "hop-port", 9444, "port of the hop listener with --hop-interface")
+	fs.StringVar(&f.o.HopListen, "hop-listen", "", "host:port of the cross-cluster hop listener (the pod's crosscluster0 address); empty: no target side")
+	fs.StringVar(&f.certFile, "cert-file", "/etc/kvnet/proxy/tls.crt", "this proxy's certificate (server and client use) for the hop")
+	fs.StringVar(&f.keyFile, "key-file", "/etc/kvnet/proxy/tls.key", "its key")
+	fs.StringVar(&f.peersFile, "peers", "", "YAML file of peer proxies (name, addresses, caFile, serverName, connectHosts); empty: dial remote nodes directly (flat networks only)")
+	fs.StringVar(&f.mode, "mode", "tls", "hop mode this proxy asks for: tls (all encrypted) or authenticated (mutual-TLS handshake, then plain bytes; only with KubeVirt migration TLS on)")
+	fs.StringVar(&f.modes, "accept-modes", "", "comma-separated hop modes accepted from peers (default both)")
+	fs.StringSliceVar(&f.sources, "allowed-sources", nil, "CIDRs the source listeners accept clients from (the in-cluster migration ranges); required")
+	fs.IntVar(&f.o.MaxMigrations, "max-migrations", proxy.DefaultMaxMigrations, "migrations relayed at once; more wait --queue-wait, then are refused")
+	fs.IntVar(&f.o.MaxPerNamespace, "max-migrations-per-namespace", 0, "one namespace's share of --max-migrations (0: half of it, rounded up), so one tenant cannot hold every slot")
+	fs.IntVar(&f.o.MaxRelayConns, "max-relay-connections", proxy.DefaultMaxRelayConns, "clients one source listener relays at once; more are closed at once")
+	fs.DurationVar(&f.o.QueueWait, "queue-wait", proxy.DefaultQueueWait, "how long a migration over the cap waits for a slot")
+	fs.DurationVar(&f.o.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout of each dial (peer proxy, target virt-handler)")
+	fs.DurationVar(&f.o.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close a stream that moved no byte for this long")
+	fs.BoolVar(&f.o.CASync, "kubevirt-ca-sync", true, "keep KubeVirt's CA bundles in step with the peers over the hop: offer kubevirt-ca, store theirs in kubevirt-external-ca (with --peers and the hop listener)")
+	fs.StringVar(&f.o.KubeVirtNamespace, "kubevirt-namespace", proxy.DefaultKubeVirtNamespace, "KubeVirt's namespace: kubevirt-ca and kubevirt-external-ca")
+	fs.DurationVar(&f.o.CASyncInterval, "kubevirt-ca-sync-interval", proxy.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
+	fs.BoolVar(&f.o.ReceiveIdentities, "receive-network-identities", true, "take the network identity (claim IPs and MACs) of a migration from the peer it is bound to and write it into the receiving VM's IPAMClaims (with --peers and the hop listener)")
+	fs.BoolVar(&f.o.SendIdentities, "send-network-identities", true, "offer a migrating VM's network identity (claim IPs and MACs) to the peer its sending VMIM names, before the target pod exists (with --peers)")
+	registerMetricsFlags(fs, &f.o.MetricsAddr, &f.o.MetricsInsecure, &f.o.MetricsCertDir)
+	fs.StringVar(&f.o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address")
+	fs.BoolVar(&f.o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")
+	fs.StringVar(&f.o.LeaderElectionID, "leader-election-id", "kvnet-migration-proxy", "lease name for leader election")
+	fs.StringVar(&f.o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "kvnet's namespace: the lease and the mappings ConfigMap")
+	fs.BoolVar(&f.o.CreateObjects, "create-objects", false, "create the lease (--leader-election-id) and the ConfigMaps kvnet-migration-proxy-mappings and kvnet-migration-proxy-bindings in --namespace when missing (needs create on leases and configmaps there); off: kvnet's chart creates them and a missing one is logged by name")
+}
+
+// options turns the flags into the proxy's options, one named step each:
+// the addresses, the hop modes, the allowed sources, the peers and the
+// certificate.
+func (f *proxyFlags) options() (ProxyOptions, error) {
+	o := f.o
+	for _, step := range []func(*ProxyOptions) error{f.addresses, f.hopModes, f.allowedSources, f.peers} {
+		if err := step(&o); err != nil {
+			return ProxyOptions{}, err
+		}
+	}
+	return o, nil
+}
+
+// addresses takes the advertise address and the hop listener's host from
+// their interfaces when asked, and refuses an advertise address that is no
+// IP.
+func (f *proxyFlags) addresses(o *ProxyOptions) error {
+	if o.AdvertiseAddress == "" && f.advertiseIf != "" {
+		a, err := interfaceIP(f.advertiseIf)
+		if err != nil {
+			return fmt.Errorf("--advertise-interface: %w", err)
+		}
+		o.AdvertiseAddress = a
+	}
+	if o.HopListen == "" && f.hopIf != "" {
+		a, err := interfaceIP(f.hopIf)
+		if err != nil {
+			return fmt.Errorf("--hop-interface: %w", err)
+		}
+		o.HopListen = net.JoinHostPort(a, strconv.Itoa(f.hopPort))
+	}
+	if net.ParseIP(o.AdvertiseAddress) == nil {
+		return fmt.Errorf("--advertise-address %q: want the proxy pod's in-cluster migration address (an IP)", o.AdvertiseAddress)
+	}
+	return nil
+}
+
+// hopModes parses the mode this proxy asks for and those it accepts.
+func (f *proxyFlags) hopModes(o *ProxyOptions) error {
+	var err error
+	if o.Mode, err = proxy.ParseMode(f.mode); err != nil {
+		return fmt.Errorf("--mode: %w", err)
+	}
+	if f.modes == "" {
+		return nil
+	}
+	for _, m := range splitComma(f.modes) {
+		pm, err := proxy.ParseMode(m)
+		if err != nil {
+			return fmt.Errorf("--accept-modes: %w", err)
+		}
+		o.Modes = append(o.Modes, pm)
+	}
+	return nil
+}
+
+// allowedSources parses the client ranges of the source listeners. Safe by
+// default: they take only the clients they are told of; a flat lab network
+// says 0.0.0.0/0 aloud.
+func (f *proxyFlags) allowedSources(o *ProxyOptions) error {
+	for _, s := range f.sources {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("--allowed-sources %q: %w", s, err)
+		}
+		o.AllowedSources = append(o.AllowedSources, p)
+	}
+	if len(o.AllowedSources) == 0 {
+		return fmt.Errorf("--allowed-sources: name the in-cluster migration ranges the source virt-handlers connect from (the chart passes the in-cluster pool's CIDR); 0.0.0.0/0 and ::/0 accept any client")
+	}
+	return nil
+}
+
+// peers loads the peer proxies and this proxy's certificate for the hop,
+// when a peers file is given.
+func (f *proxyFlags) peers(o *ProxyOptions) error {
+	if f.peersFile == "" {
+		return nil
+	}
+	var err error
+	if o.Peers, err = LoadPeers(f.peersFile); err != nil {
+		return err
+	}
+	if o.Cert, err = tls.LoadX509KeyPair(f.certFile, f.keyFile); err != nil {
+		return fmt.Errorf("--cert-file/--key-file: %w", err)
+	}
+	o.CertFile, o.KeyFile = f.certFile, f.keyFile
+	return nil
 }
 
 // interfaceIP is the first global unicast address of a network interface:
