@@ -147,6 +147,39 @@ type ProxyOptions struct {
 // so one instance owns both ends in a cluster. Tests call it with
 // envtest's rest.Config.
 func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, error) {
+	if err := proxy.CheckPeers(o.Peers); err != nil {
+		return nil, fmt.Errorf("--peers: %w", err)
+	}
+	mgr, err := newProxyManagerBase(restCfg, o)
+	if err != nil {
+		return nil, err
+	}
+	log := ctrl.Log.WithName("migration-proxy")
+	getCert, err := watchCertificate(mgr, o, log)
+	if err != nil {
+		return nil, err
+	}
+	// One limiter for both sides: a migration relayed here holds one slot.
+	limiter := &proxy.Limiter{Max: o.MaxMigrations, PerNamespace: o.MaxPerNamespace, Wait: o.QueueWait}
+	c, err := setUpSourceSide(mgr, o, getCert, limiter, log)
+	if err != nil {
+		return nil, err
+	}
+	if o.HopListen != "" || o.HopListener != nil {
+		if err := setUpTargetSide(mgr, o, c.Dialer, getCert, limiter, log); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// newProxyManagerBase is the proxy's manager with its metrics listener,
+// probes and leader election (on a lease the chart created, unless
+// CreateObjects), before any proxy component is on it.
+func newProxyManagerBase(restCfg *rest.Config, o ProxyOptions) (manager.Manager, error) {
 	metrics := o.metrics()
 	mo, err := managerOptions(metrics, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace)
 	if err != nil {
@@ -176,15 +209,14 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 			return nil, err
 		}
 	}
-	log := ctrl.Log.WithName("migration-proxy")
-	if err := proxy.CheckPeers(o.Peers); err != nil {
-		return nil, fmt.Errorf("--peers: %w", err)
-	}
-	getCert, err := watchCertificate(mgr, o, log)
-	if err != nil {
-		return nil, err
-	}
-	limiter := &proxy.Limiter{Max: o.MaxMigrations, PerNamespace: o.MaxPerNamespace, Wait: o.QueueWait}
+	return mgr, nil
+}
+
+// setUpSourceSide adds the source side: the controller that opens a
+// listener per remote migration port, publishes the mappings and relays
+// each stream to the peer (offering the VM's network identity first when
+// SendIdentities).
+func setUpSourceSide(mgr manager.Manager, o ProxyOptions, getCert func() (*tls.Certificate, error), limiter *proxy.Limiter, log logr.Logger) (*proxy.Controller, error) {
 	c := &proxy.Controller{
 		Address: o.AdvertiseAddress, DialTimeout: o.DialTimeout, Log: log,
 		Store: proxy.MappingStore{Namespace: o.Namespace, Create: o.CreateObjects}, Peers: o.Peers,
@@ -197,63 +229,63 @@ func NewProxyManager(restCfg *rest.Config, o ProxyOptions) (manager.Manager, err
 	if err := proxy.Setup(mgr, c); err != nil {
 		return nil, fmt.Errorf("setting up the migration proxy: %w", err)
 	}
-	if o.HopListen != "" || o.HopListener != nil {
-		if len(o.Peers) == 0 {
-			return nil, fmt.Errorf("the hop listener needs at least one peer: it accepts only peer proxies")
-		}
-		bc, _, err := configMapCache(mgr, o.Namespace, proxy.DefaultBindingsName)
-		if err != nil {
-			return nil, err
-		}
-		if err := mgr.Add(bc); err != nil {
-			return nil, err
-		}
-		bindings, err := proxy.SetupBindings(mgr, proxy.BindingStore{Namespace: o.Namespace, Create: o.CreateObjects}, bc, log.WithName("bindings"))
-		if err != nil {
-			return nil, err
-		}
-		pools, err := inClusterPoolCache(mgr, o.Namespace)
-		if err != nil {
-			return nil, err
-		}
-		if err := mgr.Add(pools); err != nil {
-			return nil, err
-		}
-		if err := indexMigrationIDs(context.Background(), mgr.GetFieldIndexer()); err != nil {
-			return nil, err
-		}
-		resolver := &proxy.ClusterResolver{Reader: mgr.GetCache(), Handlers: migration.HandlerAddresses{Reader: pools, Namespace: o.Namespace}}
-		ts := &proxy.TargetServer{
-			Cert: o.Cert, GetCert: getCert, Peers: o.Peers, Modes: o.Modes, Resolver: resolver,
-			Limiter: limiter, DialTimeout: o.DialTimeout, IdleTimeout: o.IdleTimeout, Log: log.WithName("hop"),
-			Bindings: bindings,
-		}
-		if o.ReceiveIdentities {
-			ts.Identities = newIdentityReceiver(mgr)
-		}
-		if o.CASync {
-			if err := setupCASync(mgr, o, c.Dialer, ts); err != nil {
-				return nil, fmt.Errorf("setting up the KubeVirt CA exchange: %w", err)
-			}
-		}
-		ln := o.HopListener
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			if ln == nil {
-				var err error
-				if ln, err = net.Listen("tcp", o.HopListen); err != nil {
-					return fmt.Errorf("opening the hop listener on %s: %w", o.HopListen, err)
-				}
-			}
-			log.Info("hop listener open", "listen", ln.Addr().String())
-			return ts.Serve(ctx, ln)
-		})); err != nil {
-			return nil, err
+	return c, nil
+}
+
+// setUpTargetSide adds the target side: the hop listener, which takes
+// streams and identities from the peers only, its bindings store, the
+// resolver of receiving VMIMs and virt-handler addresses, and, when
+// CASync, the KubeVirt CA exchange over dialer.
+func setUpTargetSide(mgr manager.Manager, o ProxyOptions, dialer *proxy.Dialer, getCert func() (*tls.Certificate, error), limiter *proxy.Limiter, log logr.Logger) error {
+	if len(o.Peers) == 0 {
+		return fmt.Errorf("the hop listener needs at least one peer: it accepts only peer proxies")
+	}
+	bc, _, err := configMapCache(mgr, o.Namespace, proxy.DefaultBindingsName)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(bc); err != nil {
+		return err
+	}
+	bindings, err := proxy.SetupBindings(mgr, proxy.BindingStore{Namespace: o.Namespace, Create: o.CreateObjects}, bc, log.WithName("bindings"))
+	if err != nil {
+		return err
+	}
+	pools, err := inClusterPoolCache(mgr, o.Namespace)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(pools); err != nil {
+		return err
+	}
+	if err := indexMigrationIDs(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	resolver := &proxy.ClusterResolver{Reader: mgr.GetCache(), Handlers: migration.HandlerAddresses{Reader: pools, Namespace: o.Namespace}}
+	ts := &proxy.TargetServer{
+		Cert: o.Cert, GetCert: getCert, Peers: o.Peers, Modes: o.Modes, Resolver: resolver,
+		Limiter: limiter, DialTimeout: o.DialTimeout, IdleTimeout: o.IdleTimeout, Log: log.WithName("hop"),
+		Bindings: bindings,
+	}
+	if o.ReceiveIdentities {
+		ts.Identities = newIdentityReceiver(mgr)
+	}
+	if o.CASync {
+		if err := setupCASync(mgr, o, dialer, ts); err != nil {
+			return fmt.Errorf("setting up the KubeVirt CA exchange: %w", err)
 		}
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
-	}
-	return mgr, nil
+	ln := o.HopListener
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", o.HopListen); err != nil {
+				return fmt.Errorf("opening the hop listener on %s: %w", o.HopListen, err)
+			}
+		}
+		log.Info("hop listener open", "listen", ln.Addr().String())
+		return ts.Serve(ctx, ln)
+	}))
 }
 
 // watchCertificate reloads the proxy's certificate from o.CertFile (nil
