@@ -223,6 +223,31 @@ func orDefault(d, def time.Duration) time.Duration {
 func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	defer raw.Close()
 	log := s.Log.WithValues("client", raw.RemoteAddr().String())
+	tc, records, ok := s.handshake(ctx, log, raw)
+	if !ok {
+		return
+	}
+	peer := s.peerOf(tc.ConnectionState().PeerCertificates)
+	log = log.WithValues("peer", peer.Name)
+	req, err := ReadRequest(tc)
+	if err != nil {
+		s.refuse(log, peer.Name, RefusedBadPreamble, err)
+		return
+	}
+	switch {
+	case req.CAOffer != nil:
+		s.receiveCAs(ctx, log, peer, tc, req.CAOffer)
+	case req.Identity != nil:
+		s.receiveIdentity(ctx, log, peer, tc, req.Identity)
+	default:
+		s.relayStream(ctx, log, peer, raw, tc, records, *req.Stream)
+	}
+}
+
+// handshake runs the mutual-TLS handshake of a hop connection within the
+// handshake timeout and the cap on pending handshakes, refusing (counted
+// and logged) a connection that fails it or is displaced by newer ones.
+func (s *TargetServer) handshake(ctx context.Context, log logr.Logger, raw net.Conn) (*tls.Conn, *recordConn, bool) {
 	limit := s.MaxPendingHandshakes
 	if limit <= 0 {
 		limit = DefaultMaxPendingHandshakes
@@ -234,7 +259,7 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	err := tc.HandshakeContext(ctx)
 	if s.pending.end(pending) {
 		s.refuse(log, "", RefusedTooManyHandshakes, errDisplaced)
-		return
+		return nil, nil, false
 	}
 	if err != nil {
 		var hr *handshakeRefusal
@@ -243,27 +268,19 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		} else {
 			s.refuse(log, "", RefusedHandshake, err)
 		}
-		return
+		return nil, nil, false
 	}
 	if records != nil {
 		records.authenticated()
 	}
-	peer := s.peerOf(tc.ConnectionState().PeerCertificates)
-	log = log.WithValues("peer", peer.Name)
-	req, err := ReadRequest(tc)
-	if err != nil {
-		s.refuse(log, peer.Name, RefusedBadPreamble, err)
-		return
-	}
-	if req.CAOffer != nil {
-		s.receiveCAs(ctx, log, peer, tc, req.CAOffer)
-		return
-	}
-	if req.Identity != nil {
-		s.receiveIdentity(ctx, log, peer, tc, req.Identity)
-		return
-	}
-	pre := *req.Stream
+	return tc, records, true
+}
+
+// relayStream answers a stream request: it finds the receiving migration
+// the route names, binds it to the peer, waits for a slot, dials the
+// target virt-handler and relays, or refuses with the verdict byte on the
+// channel the source reads it from.
+func (s *TargetServer) relayStream(ctx context.Context, log logr.Logger, peer *Peer, raw net.Conn, tc *tls.Conn, records *recordConn, pre Preamble) {
 	log = log.WithValues("migrationID", pre.MigrationID, "source", pre.Source.String(), "target", pre.Target.String(), "port", pre.Port, "mode", pre.Mode.String())
 	// Refusals travel back on the channel the source reads its verdict on.
 	verdict := net.Conn(tc)
