@@ -49,6 +49,51 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 	if namespace == "" {
 		namespace = DefaultNamespace
 	}
+	c, err := newCache(ctx, mgr, namespace)
+	if err != nil {
+		return nil, err
+	}
+	//lint:ignore SA1019 the record API fits events about objects kvnet only references (a pod's DaemonSet or ReplicaSet)
+	recorder := mgr.GetEventRecorderFor("kvnet-migration")
+	capability := &Capability{Namespace: namespace, Cache: c}
+	capability.Allocator = &Allocator{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient()}
+	capability.Mutator = &AddressMutator{
+		Alloc: capability.Allocator, API: mgr.GetAPIReader(), Recorder: recorder,
+		WaitSynced: func(ctx context.Context) bool {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return c.WaitForCacheSync(ctx)
+		},
+	}
+	capability.Reconciler = &Reconciler{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient(), Config: cfg, Recorder: recorder}
+	if err := newController(mgr, c, capability.Reconciler, namespace); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("migration-cache", func(*http.Request) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return fmt.Errorf("the migration address cache has not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(&Checker{Reader: mgr.GetAPIReader(), Config: cfg, Log: mgr.GetLogger().WithName("migration-check")}); err != nil {
+		return nil, err
+	}
+	src := &gaugeSource{reader: c, namespace: namespace, config: cfg}
+	if err := mgr.Add(everyReplicaFunc(func(ctx context.Context) error { return poolGauges.run(ctx, src) })); err != nil {
+		return nil, err
+	}
+	return capability, nil
+}
+
+// newCache is the capability's own cache, added to mgr to run on every
+// replica: kvnet's allocation ConfigMaps in namespace, the pods that hold
+// a reservation, and Nodes' metadata, with the indexes the allocator and
+// the controller look allocations up by (node, reservation token).
+func newCache(ctx context.Context, mgr manager.Manager, namespace string) (cache.Cache, error) {
 	hasPool, err := labels.NewRequirement(LabelPool, selection.Exists, nil)
 	if err != nil {
 		return nil, err
@@ -95,32 +140,28 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 	if err := mgr.Add(everyReplica{c}); err != nil {
 		return nil, err
 	}
-	//lint:ignore SA1019 the record API fits events about objects kvnet only references (a pod's DaemonSet or ReplicaSet)
-	recorder := mgr.GetEventRecorderFor("kvnet-migration")
-	capability := &Capability{Namespace: namespace, Cache: c}
-	capability.Allocator = &Allocator{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient()}
-	capability.Mutator = &AddressMutator{
-		Alloc: capability.Allocator, API: mgr.GetAPIReader(), Recorder: recorder,
-		WaitSynced: func(ctx context.Context) bool {
-			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			return c.WaitForCacheSync(ctx)
-		},
-	}
-	capability.Reconciler = &Reconciler{Namespace: namespace, Cache: c, API: mgr.GetAPIReader(), Client: mgr.GetClient(), Config: cfg, Recorder: recorder}
+	return c, nil
+}
+
+// newController is the allocation controller on cache c: an allocation is
+// reconciled when it changes, when a pod holding or reserving its address
+// changes, and when its node does.
+func newController(mgr manager.Manager, c cache.Cache, r *Reconciler, namespace string) error {
 	ctl, err := controller.New("migration-addresses", mgr, controller.Options{
-		Reconciler: capability.Reconciler, MaxConcurrentReconciles: 4,
+		Reconciler: r, MaxConcurrentReconciles: 4,
 		// Tests run two replicas in one process; names are per manager there.
 		SkipNameValidation: ptr.To(true),
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 	key := func(name string) reconcile.Request {
 		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}
 	}
 	if err := ctl.Watch(source.Kind(c, &corev1.ConfigMap{}, &handler.TypedEnqueueRequestForObject[*corev1.ConfigMap]{})); err != nil {
-		return nil, err
+		return err
 	}
 	if err := ctl.Watch(source.Kind(c, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
 		var out []reconcile.Request
@@ -135,7 +176,7 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 		}
 		return out
 	}))); err != nil {
-		return nil, err
+		return err
 	}
 	if err := ctl.Watch(source.Kind(c, node, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, n *metav1.PartialObjectMetadata) []reconcile.Request {
 		var out []reconcile.Request
@@ -149,26 +190,9 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg *config.Source, namespa
 		}
 		return out
 	}))); err != nil {
-		return nil, err
+		return err
 	}
-	if err := mgr.AddReadyzCheck("migration-cache", func(*http.Request) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		if !c.WaitForCacheSync(ctx) {
-			return fmt.Errorf("the migration address cache has not synced")
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := mgr.Add(&Checker{Reader: mgr.GetAPIReader(), Config: cfg, Log: mgr.GetLogger().WithName("migration-check")}); err != nil {
-		return nil, err
-	}
-	src := &gaugeSource{reader: c, namespace: namespace, config: cfg}
-	if err := mgr.Add(everyReplicaFunc(func(ctx context.Context) error { return poolGauges.run(ctx, src) })); err != nil {
-		return nil, err
-	}
-	return capability, nil
+	return nil
 }
 
 // everyReplica runs the cache on every replica: a bare cache would land in
