@@ -164,28 +164,13 @@ func (id Identity) MarshalBinary() ([]byte, error) {
 // one byte, so nothing it reads can be larger than 255 bytes at once, and
 // counts are checked against their bounds before they are read.
 func readIdentityBody(r io.Reader) (Identity, error) {
-	var one [1]byte
-	readByte := func(what string) (int, error) {
-		if _, err := io.ReadFull(r, one[:]); err != nil {
-			return 0, fmt.Errorf("identity: %s: %w", what, err)
-		}
-		return int(one[0]), nil
-	}
-	readBytes := func(what string, n int) ([]byte, error) {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, fmt.Errorf("identity: %s: %w", what, err)
-		}
-		return b, nil
-	}
 	rt, err := readRoute(r)
 	if err != nil {
 		return Identity{}, fmt.Errorf("identity: %w", err)
 	}
 	id := Identity{Route: rt}
-	var n int
-	var raw []byte
-	count, err := readByte("network count")
+	ir := &identityReader{r: r}
+	count, err := ir.byte("network count")
 	if err != nil {
 		return Identity{}, err
 	}
@@ -193,65 +178,9 @@ func readIdentityBody(r io.Reader) (Identity, error) {
 		return Identity{}, fmt.Errorf("identity: %d networks, want 1-%d", count, MaxIdentityNetworks)
 	}
 	for range count {
-		var nw NetworkIdentity
-		if n, err = readByte("name length"); err != nil {
-			return Identity{}, err
-		}
-		if n > maxNetworkName {
-			return Identity{}, fmt.Errorf("identity: network name of %d bytes, want at most %d", n, maxNetworkName)
-		}
-		if raw, err = readBytes("network name", n); err != nil {
-			return Identity{}, err
-		}
-		nw.Name = string(raw)
-		if n, err = readByte("network name length"); err != nil {
-			return Identity{}, err
-		}
-		if raw, err = readBytes("network name", n); err != nil {
-			return Identity{}, err
-		}
-		nw.NetworkName = string(raw)
-		if n, err = readByte("MAC length"); err != nil {
-			return Identity{}, err
-		}
-		if n != 0 && n != 6 {
-			return Identity{}, fmt.Errorf("identity: network %q: MAC of %d bytes, want none or 6", nw.Name, n)
-		}
-		if n > 0 {
-			if raw, err = readBytes("MAC", n); err != nil {
-				return Identity{}, err
-			}
-			nw.MAC = net.HardwareAddr(raw)
-		}
-		ips, err := readByte("IP count")
+		nw, err := ir.network()
 		if err != nil {
 			return Identity{}, err
-		}
-		if ips > MaxIdentityIPs {
-			return Identity{}, fmt.Errorf("identity: network %q: %d IPs, want at most %d", nw.Name, ips, MaxIdentityIPs)
-		}
-		for range ips {
-			n, err := readByte("address length")
-			if err != nil {
-				return Identity{}, err
-			}
-			if n != 4 && n != 16 {
-				return Identity{}, fmt.Errorf("identity: network %q: address of %d bytes, want 4 or 16", nw.Name, n)
-			}
-			raw, err := readBytes("address", n)
-			if err != nil {
-				return Identity{}, err
-			}
-			bits, err := readByte("prefix length")
-			if err != nil {
-				return Identity{}, err
-			}
-			addr, _ := netip.AddrFromSlice(raw)
-			if bits > addr.BitLen() {
-				return Identity{}, fmt.Errorf("identity: network %q: prefix length %d for %v", nw.Name, bits, addr)
-			}
-			// The address as the claim holds it, not its network.
-			nw.IPs = append(nw.IPs, netip.PrefixFrom(addr, bits))
 		}
 		id.Networks = append(id.Networks, nw)
 	}
@@ -259,6 +188,104 @@ func readIdentityBody(r io.Reader) (Identity, error) {
 		return Identity{}, err
 	}
 	return id, nil
+}
+
+// identityReader reads an identity's fields, each named in its errors.
+type identityReader struct {
+	r   io.Reader
+	one [1]byte
+}
+
+func (ir *identityReader) byte(what string) (int, error) {
+	if _, err := io.ReadFull(ir.r, ir.one[:]); err != nil {
+		return 0, fmt.Errorf("identity: %s: %w", what, err)
+	}
+	return int(ir.one[0]), nil
+}
+
+func (ir *identityReader) bytes(what string, n int) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(ir.r, b); err != nil {
+		return nil, fmt.Errorf("identity: %s: %w", what, err)
+	}
+	return b, nil
+}
+
+// network reads one network: its name, its network name, its MAC (none or
+// six bytes) and its IPs (at most MaxIdentityIPs).
+func (ir *identityReader) network() (NetworkIdentity, error) {
+	var nw NetworkIdentity
+	n, err := ir.byte("name length")
+	if err != nil {
+		return nw, err
+	}
+	if n > maxNetworkName {
+		return nw, fmt.Errorf("identity: network name of %d bytes, want at most %d", n, maxNetworkName)
+	}
+	raw, err := ir.bytes("network name", n)
+	if err != nil {
+		return nw, err
+	}
+	nw.Name = string(raw)
+	if n, err = ir.byte("network name length"); err != nil {
+		return nw, err
+	}
+	if raw, err = ir.bytes("network name", n); err != nil {
+		return nw, err
+	}
+	nw.NetworkName = string(raw)
+	if n, err = ir.byte("MAC length"); err != nil {
+		return nw, err
+	}
+	if n != 0 && n != 6 {
+		return nw, fmt.Errorf("identity: network %q: MAC of %d bytes, want none or 6", nw.Name, n)
+	}
+	if n > 0 {
+		if raw, err = ir.bytes("MAC", n); err != nil {
+			return nw, err
+		}
+		nw.MAC = net.HardwareAddr(raw)
+	}
+	ips, err := ir.byte("IP count")
+	if err != nil {
+		return nw, err
+	}
+	if ips > MaxIdentityIPs {
+		return nw, fmt.Errorf("identity: network %q: %d IPs, want at most %d", nw.Name, ips, MaxIdentityIPs)
+	}
+	for range ips {
+		p, err := ir.prefix(nw.Name)
+		if err != nil {
+			return nw, err
+		}
+		nw.IPs = append(nw.IPs, p)
+	}
+	return nw, nil
+}
+
+// prefix reads one of network's IPs: the address as the claim holds it
+// (not its network) and its prefix length.
+func (ir *identityReader) prefix(network string) (netip.Prefix, error) {
+	n, err := ir.byte("address length")
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if n != 4 && n != 16 {
+		return netip.Prefix{}, fmt.Errorf("identity: network %q: address of %d bytes, want 4 or 16", network, n)
+	}
+	raw, err := ir.bytes("address", n)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	bits, err := ir.byte("prefix length")
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	if bits > addr.BitLen() {
+		return netip.Prefix{}, fmt.Errorf("identity: network %q: prefix length %d for %v", network, bits, addr)
+	}
+	return netip.PrefixFrom(addr, bits), nil
 }
 
 // IdentityReceiver takes a migration's network identity for the receiving
