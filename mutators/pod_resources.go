@@ -115,79 +115,137 @@ func (m NetworkResources) MutatePod(ctx context.Context, req *chain.PodRequest) 
 	if err != nil || len(atts) == 0 {
 		return err
 	}
-	log := logf.FromContext(ctx)
-
 	// Node selector first: a refusal must not leave half a change behind.
-	want := map[string]string{}
+	sel, err := nodeSelectorOf(pod, atts)
+	if err != nil {
+		return err
+	}
+	res := resourcesOf(atts)
+	if len(res.order) > 0 {
+		left, err := m.leaveToInjector(ctx, req, res)
+		if err != nil {
+			return err
+		}
+		if left {
+			res.order = nil
+		}
+	}
+	m.addResources(ctx, req, res)
+	for k, v := range sel.want {
+		if _, ok := pod.Spec.NodeSelector[k]; ok {
+			continue // the same value: checked in nodeSelectorOf
+		}
+		if pod.Spec.NodeSelector == nil {
+			pod.Spec.NodeSelector = map[string]string{}
+		}
+		pod.Spec.NodeSelector[k] = v
+		req.Record(m.Name(), sel.networks...)
+	}
+	return nil
+}
+
+// podNodeSelector is the node labels a pod's networks need, and the
+// networks that ask for them.
+type podNodeSelector struct {
+	want     map[string]string
+	networks []string
+}
+
+// nodeSelectorOf is the node labels atts need (their NADs' node-selector
+// annotations). Two values of one label, or a value the pod's own
+// nodeSelector contradicts, refuse the pod: no node would have both.
+func nodeSelectorOf(pod *corev1.Pod, atts []attachment) (podNodeSelector, error) {
+	sel := podNodeSelector{want: map[string]string{}}
 	from := map[string]string{}
-	var selNets []string
 	for _, a := range atts {
 		if a.info.NodeSelectorError != nil {
-			return chain.RefuseForbidden(fmt.Sprintf("NetworkAttachmentDefinition %s: %v; fix the annotation, or remove it", a.ref, a.info.NodeSelectorError))
+			return sel, chain.RefuseForbidden(fmt.Sprintf("NetworkAttachmentDefinition %s: %v; fix the annotation, or remove it", a.ref, a.info.NodeSelectorError))
 		}
 		l := a.info.NodeSelector
 		if l == nil {
 			continue
 		}
-		if v, ok := want[l.Key]; ok && v != l.Value {
-			return chain.RefuseForbidden(fmt.Sprintf("the pod's networks ask for two values of node label %q: %q (NetworkAttachmentDefinition %s) and %q (%s), through their %s annotations; no node has both", l.Key, v, from[l.Key], l.Value, a.ref, netattach.NodeSelectorAnnotation))
+		if v, ok := sel.want[l.Key]; ok && v != l.Value {
+			return sel, chain.RefuseForbidden(fmt.Sprintf("the pod's networks ask for two values of node label %q: %q (NetworkAttachmentDefinition %s) and %q (%s), through their %s annotations; no node has both", l.Key, v, from[l.Key], l.Value, a.ref, netattach.NodeSelectorAnnotation))
 		}
-		want[l.Key], from[l.Key] = l.Value, a.ref
+		sel.want[l.Key], from[l.Key] = l.Value, a.ref
 		if v, ok := pod.Spec.NodeSelector[l.Key]; ok && v != l.Value {
-			return chain.RefuseForbidden(fmt.Sprintf("the pod selects nodes with %s=%q, but NetworkAttachmentDefinition %s exists only on nodes with %s=%q (its %s annotation); change the VM's nodeSelector or the network", l.Key, v, a.ref, l.Key, l.Value, netattach.NodeSelectorAnnotation))
+			return sel, chain.RefuseForbidden(fmt.Sprintf("the pod selects nodes with %s=%q, but NetworkAttachmentDefinition %s exists only on nodes with %s=%q (its %s annotation); change the VM's nodeSelector or the network", l.Key, v, a.ref, l.Key, l.Value, netattach.NodeSelectorAnnotation))
 		}
-		selNets = appendOnce(selNets, a.ref)
+		sel.networks = appendOnce(sel.networks, a.ref)
 	}
+	return sel, nil
+}
 
-	counts := map[corev1.ResourceName]int64{}
-	var order []corev1.ResourceName
-	nets := map[corev1.ResourceName][]string{}
+// podResources counts the device-plugin resources a pod's networks take,
+// in the order they first appear, and the networks of each.
+type podResources struct {
+	counts map[corev1.ResourceName]int64
+	order  []corev1.ResourceName
+	nets   map[corev1.ResourceName][]string
+}
+
+func resourcesOf(atts []attachment) podResources {
+	res := podResources{counts: map[corev1.ResourceName]int64{}, nets: map[corev1.ResourceName][]string{}}
 	for _, a := range atts {
 		if a.info.ResourceName == "" {
 			continue
 		}
 		r := corev1.ResourceName(a.info.ResourceName)
-		if counts[r] == 0 {
-			order = append(order, r)
+		if res.counts[r] == 0 {
+			res.order = append(res.order, r)
 		}
-		counts[r]++
-		nets[r] = appendOnce(nets[r], a.ref)
+		res.counts[r]++
+		res.nets[r] = appendOnce(res.nets[r], a.ref)
 	}
-	if len(order) > 0 {
-		peer, err := req.Facts.ResourceInjector(ctx, req.Namespace, pod.Labels)
-		if err != nil {
-			return err
-		}
-		if peer != "" {
-			var all []string
-			for _, r := range order {
-				all = append(all, nets[r]...)
-			}
-			// Once per pod: the API server reinvokes kvnet after the
-			// injector changed the pod, and the record is there by then.
-			if !req.LeftBefore(m.Name(), peers.ResourceInjector) {
-				resourcesLeft.WithLabelValues(peers.ResourceInjector).Add(float64(len(order)))
-				log.Info("leaving the pod's device resources to network-resources-injector, which the API server calls for it",
-					"namespace", req.Namespace, "pod", podName(pod), "webhook", peer, "resources", order)
-			}
-			req.RecordLeftTo(m.Name(), peers.ResourceInjector, all...)
-			order = nil
-		}
+	return res
+}
+
+// leaveToInjector reports whether network-resources-injector is called for
+// the pod, and then leaves the resources to it: recorded in
+// kvnet.io/mutations and, once per pod (the API server reinvokes kvnet
+// after the injector changed the pod, and the record is there by then),
+// counted and logged.
+func (m NetworkResources) leaveToInjector(ctx context.Context, req *chain.PodRequest, res podResources) (bool, error) {
+	peer, err := req.Facts.ResourceInjector(ctx, req.Namespace, req.Pod.Labels)
+	if err != nil || peer == "" {
+		return false, err
 	}
+	var all []string
+	for _, r := range res.order {
+		all = append(all, res.nets[r]...)
+	}
+	if !req.LeftBefore(m.Name(), peers.ResourceInjector) {
+		resourcesLeft.WithLabelValues(peers.ResourceInjector).Add(float64(len(res.order)))
+		logf.FromContext(ctx).Info("leaving the pod's device resources to network-resources-injector, which the API server calls for it",
+			"namespace", req.Namespace, "pod", podName(req.Pod), "webhook", peer, "resources", res.order)
+	}
+	req.RecordLeftTo(m.Name(), peers.ResourceInjector, all...)
+	return true, nil
+}
+
+// addResources requests and limits res's resources on the compute
+// container, each one not already set on some container.
+func (m NetworkResources) addResources(ctx context.Context, req *chain.PodRequest, res podResources) {
+	if len(res.order) == 0 {
+		return
+	}
+	pod := req.Pod
 	compute := -1
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == ComputeContainer {
 			compute = i
 		}
 	}
-	var added []corev1.ResourceName
-	if len(order) > 0 && compute < 0 {
+	if compute < 0 {
 		req.Warn("kvnet found no %q container in the pod, so it adds no device resources for its networks", ComputeContainer)
-		order = nil
+		return
 	}
-	for _, r := range order {
+	log := logf.FromContext(ctx)
+	var added []corev1.ResourceName
+	for _, r := range res.order {
 		if set := requestedBy(pod.Spec.Containers, r); set != "" {
-			log.V(1).Info("device resource already set; not adding it", "resource", r, "container", set, "attachments", counts[r])
+			log.V(1).Info("device resource already set; not adding it", "resource", r, "container", set, "attachments", res.counts[r])
 			continue
 		}
 		c := &pod.Spec.Containers[compute].Resources
@@ -197,26 +255,15 @@ func (m NetworkResources) MutatePod(ctx context.Context, req *chain.PodRequest) 
 		if c.Limits == nil {
 			c.Limits = corev1.ResourceList{}
 		}
-		q := *resource.NewQuantity(counts[r], resource.DecimalSI)
+		q := *resource.NewQuantity(res.counts[r], resource.DecimalSI)
 		c.Requests[r], c.Limits[r] = q, q
 		added = append(added, r)
-		req.Record(m.Name(), nets[r]...)
-	}
-	for k, v := range want {
-		if _, ok := pod.Spec.NodeSelector[k]; ok {
-			continue // the same value: checked above
-		}
-		if pod.Spec.NodeSelector == nil {
-			pod.Spec.NodeSelector = map[string]string{}
-		}
-		pod.Spec.NodeSelector[k] = v
-		req.Record(m.Name(), selNets...)
+		req.Record(m.Name(), res.nets[r]...)
 	}
 	if len(added) > 0 {
 		resourcesAdded.Add(float64(len(added)))
 		log.V(1).Info("added network device resources to the compute container", "resources", added)
 	}
-	return nil
 }
 
 // attachments lists the pod's Multus attachments whose NAD kvnet knows, in

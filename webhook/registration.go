@@ -81,6 +81,10 @@ const (
 
 // Configurations returns the webhook configurations kvnet needs. The Helm
 // chart renders the same rules; tests and the demo use these objects.
+//
+// It is long on purpose: it is a table, one literal per webhook, read top
+// to bottom beside charts/kvnet/templates/webhooks.yaml, which test/chart
+// compares with it; split into functions, the table would be scattered.
 func (r Registration) Configurations() (*admissionregv1.MutatingWebhookConfiguration, *admissionregv1.ValidatingWebhookConfiguration) {
 	name := r.Name
 	if name == "" {
