@@ -241,54 +241,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	for i := range claims {
-		c := &claims[i]
-		if !controllerutil.ContainsFinalizer(c, Finalizer) {
-			continue
-		}
-		ref := metav1.GetControllerOf(c)
-		switch ref.Kind {
-		case kindVM:
-			if vm != nil && vm.UID == ref.UID && vm.DeletionTimestamp == nil {
-				continue
-			}
-			if err := r.release(ctx, c, ReasonVMDeleted); err != nil {
-				return reconcile.Result{}, err
-			}
-		case kindVMI:
-			if vmi != nil && vmi.UID == ref.UID {
-				continue // a standalone VMI keeps its IP until it is gone
-			}
-			active, err := r.launcherActive(ctx, req.Namespace, ref.UID)
-			if err != nil {
-				return reconcile.Result{}, err
-			}
-			if active {
-				log.V(1).Info("standalone VMI is gone but its launcher pod is still active; keeping the claim", "claim", c.Name)
-				claimsHeld.Inc()
-				later(waitForLauncher) // pod events requeue sooner; this is a safety net
-				continue
-			}
-			if err := r.release(ctx, c, ReasonVMIGone); err != nil {
-				return reconcile.Result{}, err
-			}
-		}
+	if d, err := r.releaseGone(ctx, req.Namespace, vm, vmi, claims); err != nil {
+		return reconcile.Result{}, err
+	} else if d > 0 {
+		later(d)
 	}
 
 	cfg := r.Config.Get()
-	var owner Owner
-	var ownerObj client.Object
-	var spec *kubevirtv1.VirtualMachineInstanceSpec
-	switch {
-	case vm != nil:
-		if vm.DeletionTimestamp == nil && vm.Spec.Template != nil {
-			owner, ownerObj, spec = Owner{Kind: kindVM, Namespace: vm.Namespace, Name: vm.Name, UID: vm.UID}, vm, &vm.Spec.Template.Spec
-		}
-	case vmi != nil:
-		if o := OwnerOf(vmi); o.Kind == kindVMI && vmi.DeletionTimestamp == nil {
-			owner, ownerObj, spec = o, vmi, &vmi.Spec
-		}
-	}
+	owner, ownerObj, spec := liveOwner(vm, vmi)
 	key := req.String()
 	if spec == nil || !cfg.PersistentIPsEnabled() || cfg.Excluded(req.Namespace) {
 		r.leaks.set(key, 0)
@@ -320,6 +280,65 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.leaks.set(key, unused)
 	return result, nil
+}
+
+// releaseGone releases the claims (kvnet's finalizer on) whose VM is gone
+// or being deleted, or whose standalone VMI is gone and its launcher pod
+// no longer active. It returns when to look again for a claim held by a
+// launcher pod still running (0: no such claim).
+func (r *Reconciler) releaseGone(ctx context.Context, namespace string, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, claims []ipamv1alpha1.IPAMClaim) (time.Duration, error) {
+	var again time.Duration
+	for i := range claims {
+		c := &claims[i]
+		if !controllerutil.ContainsFinalizer(c, Finalizer) {
+			continue
+		}
+		ref := metav1.GetControllerOf(c)
+		switch ref.Kind {
+		case kindVM:
+			if vm != nil && vm.UID == ref.UID && vm.DeletionTimestamp == nil {
+				continue
+			}
+			if err := r.release(ctx, c, ReasonVMDeleted); err != nil {
+				return 0, err
+			}
+		case kindVMI:
+			if vmi != nil && vmi.UID == ref.UID {
+				continue // a standalone VMI keeps its IP until it is gone
+			}
+			active, err := r.launcherActive(ctx, namespace, ref.UID)
+			if err != nil {
+				return 0, err
+			}
+			if active {
+				logf.FromContext(ctx).V(1).Info("standalone VMI is gone but its launcher pod is still active; keeping the claim", "claim", c.Name)
+				claimsHeld.Inc()
+				again = waitForLauncher // pod events requeue sooner; this is a safety net
+				continue
+			}
+			if err := r.release(ctx, c, ReasonVMIGone); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return again, nil
+}
+
+// liveOwner is the object whose claims should exist: the VM, unless it is
+// being deleted or has no template, else a standalone VMI not being
+// deleted; with its VMI spec. spec is nil when there is none.
+func liveOwner(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) (Owner, client.Object, *kubevirtv1.VirtualMachineInstanceSpec) {
+	switch {
+	case vm != nil:
+		if vm.DeletionTimestamp == nil && vm.Spec.Template != nil {
+			return Owner{Kind: kindVM, Namespace: vm.Namespace, Name: vm.Name, UID: vm.UID}, vm, &vm.Spec.Template.Spec
+		}
+	case vmi != nil:
+		if o := OwnerOf(vmi); o.Kind == kindVMI && vmi.DeletionTimestamp == nil {
+			return o, vmi, &vmi.Spec
+		}
+	}
+	return Owner{}, nil, nil
 }
 
 // claimsOf lists the claims controlled by a VM or VMI called name.
