@@ -106,53 +106,12 @@ func tlsVersion(s string) (uint16, error) {
 // NewManager builds the manager with kvnet's webhooks and controllers on it.
 // Tests call it with envtest's rest.Config.
 func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *config.Source) (manager.Manager, error) {
-	minTLS, err := tlsVersion(o.TLSMinVersion)
+	mgr, metrics, err := newWebhookManagerBase(restCfg, o)
 	if err != nil {
 		return nil, err
 	}
-	tlsOpts := []func(*tls.Config){
-		func(c *tls.Config) { c.MinVersion = minTLS },
-		// HTTP/2 stays off: its rapid-reset and stream exhaustion CVEs are
-		// not worth the gain for one request per admission.
-		func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} },
-	}
-	metrics := o.metrics()
-	// The metrics listener follows --tls-min-version too.
-	mo, err := managerOptions(metrics, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace, tlsOpts[0])
+	facts, err := startAdmissionInformers(ctx, mgr)
 	if err != nil {
-		return nil, err
-	}
-	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = durationOrNil(o.LeaseDuration), durationOrNil(o.RenewDeadline), durationOrNil(o.RetryPeriod)
-	mo.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
-		Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
-	})
-	// Only what kvnet reads of each object stays in its informers (cache.go).
-	mo.Cache = cacheOptions()
-	mo.Client = client.Options{Cache: &client.CacheOptions{Unstructured: false}}
-	mo.Controller = ctrlconfig.Controller{SkipNameValidation: &o.SeveralManagers}
-	if err := RegisterMetrics(ctrlmetrics.Registry); err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
-	}
-	mgr, err := ctrl.NewManager(restCfg, mo)
-	if err != nil {
-		return nil, fmt.Errorf("creating manager: %w", err)
-	}
-	// Start the informers admission reads with the manager, not lazily on the
-	// first request, and report ready only once they have synced.
-	// The webhook configurations are how kvnet sees network-resources-
-	// injector (lookup.Reader.ResourceInjector).
-	for _, obj := range []client.Object{&nadv1.NetworkAttachmentDefinition{}, lookup.NamespaceMetadata(), &admissionregv1.MutatingWebhookConfiguration{}} {
-		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
-			return nil, fmt.Errorf("starting informer for %T: %w", obj, err)
-		}
-	}
-	// The migration-ids validator asks which live VMIMs hold a migration
-	// ID: an index on the VMIM informer (which the status rewrite reads too).
-	if err := indexMigrationIDs(ctx, mgr.GetFieldIndexer()); err != nil {
-		return nil, err
-	}
-	facts := lookup.NewReader(mgr.GetCache())
-	if err := facts.WatchKubeVirt(ctx, mgr.GetCache()); err != nil {
 		return nil, err
 	}
 	// What `kvnet webhook` runs besides the VM and VMI webhooks, in order.
@@ -184,11 +143,83 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 			return nil, err
 		}
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+	if err := addWebhookChecks(mgr); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("webhook-tls", mgr.GetWebhookServer().StartedChecker()); err != nil {
+	return mgr, nil
+}
+
+// newWebhookManagerBase is the manager with kvnet's webhook server (TLS
+// floor, HTTP/1.1), its metrics listener, probes, cache and leader
+// election, before anything of kvnet's is on it.
+func newWebhookManagerBase(restCfg *rest.Config, o ServeOptions) (manager.Manager, MetricsServing, error) {
+	minTLS, err := tlsVersion(o.TLSMinVersion)
+	if err != nil {
+		return nil, MetricsServing{}, err
+	}
+	tlsOpts := []func(*tls.Config){
+		func(c *tls.Config) { c.MinVersion = minTLS },
+		// HTTP/2 stays off: its rapid-reset and stream exhaustion CVEs are
+		// not worth the gain for one request per admission.
+		func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} },
+	}
+	metrics := o.metrics()
+	// The metrics listener follows --tls-min-version too.
+	mo, err := managerOptions(metrics, o.ProbeAddr, o.LeaderElect, o.LeaderElectionID, o.Namespace, tlsOpts[0])
+	if err != nil {
+		return nil, MetricsServing{}, err
+	}
+	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = durationOrNil(o.LeaseDuration), durationOrNil(o.RenewDeadline), durationOrNil(o.RetryPeriod)
+	mo.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
+		Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
+	})
+	// Only what kvnet reads of each object stays in its informers (cache.go).
+	mo.Cache = cacheOptions()
+	mo.Client = client.Options{Cache: &client.CacheOptions{Unstructured: false}}
+	mo.Controller = ctrlconfig.Controller{SkipNameValidation: &o.SeveralManagers}
+	if err := RegisterMetrics(ctrlmetrics.Registry); err != nil {
+		return nil, MetricsServing{}, fmt.Errorf("registering metrics: %w", err)
+	}
+	mgr, err := ctrl.NewManager(restCfg, mo)
+	if err != nil {
+		return nil, MetricsServing{}, fmt.Errorf("creating manager: %w", err)
+	}
+	return mgr, metrics, nil
+}
+
+// startAdmissionInformers starts, with the manager, the informers
+// admission reads (readiness waits for them rather than the first request
+// paying for them) and returns the facts admission reads through them.
+func startAdmissionInformers(ctx context.Context, mgr manager.Manager) (*lookup.Reader, error) {
+	// Start the informers admission reads with the manager, not lazily on the
+	// first request, and report ready only once they have synced.
+	// The webhook configurations are how kvnet sees network-resources-
+	// injector (lookup.Reader.ResourceInjector).
+	for _, obj := range []client.Object{&nadv1.NetworkAttachmentDefinition{}, lookup.NamespaceMetadata(), &admissionregv1.MutatingWebhookConfiguration{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("starting informer for %T: %w", obj, err)
+		}
+	}
+	// The migration-ids validator asks which live VMIMs hold a migration
+	// ID: an index on the VMIM informer (which the status rewrite reads too).
+	if err := indexMigrationIDs(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
+	}
+	facts := lookup.NewReader(mgr.GetCache())
+	if err := facts.WatchKubeVirt(ctx, mgr.GetCache()); err != nil {
+		return nil, err
+	}
+	return facts, nil
+}
+
+// addWebhookChecks adds the liveness check and the readiness checks: the
+// webhook server serves TLS, and the informers have synced.
+func addWebhookChecks(mgr manager.Manager) error {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook-tls", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
 	}
 	if err := mgr.AddReadyzCheck("informers", func(*http.Request) error {
 		c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -198,9 +229,9 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	return mgr, nil
+	return nil
 }
 
 // metrics is how this process serves /metrics.
