@@ -203,22 +203,37 @@ func (m *AddressMutator) MutatePod(ctx context.Context, req *chain.PodRequest) e
 			return nil
 		}
 	}
-	token := m.token()
-	node := NodeOf(pod)
 	if req.DryRun {
-		for _, n := range nets {
-			a, ok, err := m.Alloc.Peek(ctx, AddressRequest{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
-			if err != nil {
-				return fmt.Errorf("dry run: looking for a free address of %s: %w", n.Pool.Field, err)
-			}
-			if !ok {
-				return forbidden(exhausted(n.Pool, nil).Message)
-			}
-			req.Warn("dry run: %s would get %s on %s, but nothing was reserved; a real create may get another address", n.Interface, n.Pool.Pool.CIDR(a), n.NAD)
-			elems = setElement(req, elems, n, n.Pool.Pool.CIDR(a))
-		}
-		return writeAnnotation(pod, elems, "")
+		return m.peek(ctx, req, nets, elems)
 	}
+	return m.reserve(ctx, req, nets, elems)
+}
+
+// peek answers a dry run: which addresses the pod would get, reserving
+// none.
+func (m *AddressMutator) peek(ctx context.Context, req *chain.PodRequest, nets []Network, elems []*multus.Element) error {
+	token, node := m.token(), NodeOf(req.Pod)
+	for _, n := range nets {
+		a, ok, err := m.Alloc.Peek(ctx, AddressRequest{Pool: n.Pool, Token: token, Namespace: req.Namespace, Node: node})
+		if err != nil {
+			return fmt.Errorf("dry run: looking for a free address of %s: %w", n.Pool.Field, err)
+		}
+		if !ok {
+			return forbidden(exhausted(n.Pool, nil).Message)
+		}
+		req.Warn("dry run: %s would get %s on %s, but nothing was reserved; a real create may get another address", n.Interface, n.Pool.Pool.CIDR(a), n.NAD)
+		elems = setElement(req, elems, n, n.Pool.Pool.CIDR(a))
+	}
+	return writeAnnotation(req.Pod, elems, "")
+}
+
+// reserve reserves an address per network under one token and writes them
+// into the pod's selection; the reservations made are rolled back when a
+// later one, or the write, fails. An exhausted pool refuses the pod (403),
+// with an event on its controller.
+func (m *AddressMutator) reserve(ctx context.Context, req *chain.PodRequest, nets []Network, elems []*multus.Element) error {
+	pod, log := req.Pod, logf.FromContext(ctx)
+	token, node := m.token(), NodeOf(pod)
 	var done []*Allocation
 	rollback := func() {
 		for _, a := range done {
