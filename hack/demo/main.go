@@ -85,6 +85,10 @@ func main() {
 // VM refused, an invalid one admitted). Each step has its file: the control
 // plane (controlplane.go), kvnet (kvnet.go), examples/ (examples.go) and
 // every VM through admission (admit.go).
+//
+// It is long on purpose: it is the demo's script, one block per step it
+// prints, in the order the README walks through; the work of each step is
+// in its file.
 func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if _, err := os.Stat(o.Kvnet); err != nil {
 		return fmt.Errorf("kvnet binary: %w (run make build)", err)

@@ -96,6 +96,9 @@ bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
 	return c
 }
 
+// runLoadtest runs the load test as the flags ask. It is long on purpose:
+// one sequence from the fixture through the servers, the warm-up and the
+// measured rounds to the report, each block a step the output names.
 func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 	f, err := loadtest.NewFixture()
 	if err != nil {

@@ -144,6 +144,11 @@ type Options struct {
 }
 
 // Start boots the control plane and kvnet. Call Stop when done.
+//
+// It is long on purpose: one sequence in which each block starts what the
+// next needs (assets, the API server with its webhook configurations,
+// kvnet's manager, KubeVirt, network-resources-injector), and on error
+// stops what it started; the work of each is in its own function.
 func Start(o Options) (*Env, error) {
 	logs := &LogRecorder{}
 	ctrl.SetLogger(recording(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())), logs))

@@ -88,6 +88,9 @@ type IPAMExtensionsOptions struct {
 // the lease outside a pod; one replica needs none), and its kubeconfig
 // holds a token of its ServiceAccount. dir receives the certificates,
 // kubeconfig and log. A missing binary is an error naming make peers.
+//
+// It is long on purpose: it follows ipam-extensions' config/ deployment,
+// step by step, so that each step can be checked against it.
 func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client, dir string, o IPAMExtensionsOptions) (_ *IPAMExtensions, err error) {
 	if o.ConfigurationName == "" {
 		o.ConfigurationName = IPAMExtensionsConfiguration

@@ -139,6 +139,9 @@ func FrontProxy(te *envtest.Environment, dir string) error {
 // this for the test tiers; hack/demo calls it for its own control plane.
 // dir receives the certificates, kubeconfigs and logs. On error everything
 // it started is stopped again.
+//
+// It is long on purpose: it follows virt-operator's install, step by step,
+// so that each step can be checked against it.
 func StartKubeVirt(ctx context.Context, cfg *rest.Config, c client.Client, dir string, o KubeVirtOptions) (_ *KubeVirt, err error) {
 	controllerBin, err := kubeVirtBinary("virt-controller")
 	if err != nil {

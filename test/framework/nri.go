@@ -147,6 +147,9 @@ type NRI struct {
 // configuration (testdata/nri-v1.9.0) pointed at its URL. It returns once
 // the API server calls it (a dry-run pod on a missing NAD is refused by
 // it) and kvnet's informer has the configuration. Stop ends it.
+//
+// It is long on purpose: it follows network-resources-injector's own
+// deployment, step by step, so that each step can be checked against it.
 func (e *Env) StartNRI(ctx context.Context, o NRIOptions) (_ *NRI, err error) {
 	if e.nri == nil {
 		return nil, errors.New("StartNRI needs an Env started with Options.NRI")
