@@ -41,49 +41,69 @@ func decodeVMOrVMI(kind chain.Kind, raw []byte, patching bool, view any) (*chain
 	if !apijson.IsObject(raw) {
 		return nil, nil, fmt.Errorf("the request's object is not a JSON object")
 	}
-	switch kind {
-	case chain.KindVM:
-		v, dups, err := decodeView[vmView](raw, members, view)
-		if err != nil {
-			return nil, nil, fmt.Errorf("decoding VirtualMachine: %w", err)
-		}
-		vm := &kubevirtv1.VirtualMachine{ObjectMeta: v.Metadata.objectMeta()}
-		shape := &vmShape{kind: kind, duplicate: dups}
-		v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
-		if s := v.Spec; s != nil {
-			shape.members.Add(chain.MemberSpec)
-			if t := s.Template; t != nil {
-				shape.members.Add(chain.MemberTemplate)
-				t.Metadata.shape(&shape.members, chain.MemberTemplateMeta, chain.MemberTemplateAnnotations, chain.MemberTemplateLabels)
-				t.Spec.shape(&shape.members)
-				vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
-			}
-		}
-		return chain.ForVM(vm), shape, nil
-	case chain.KindVMI:
-		v, dups, err := decodeView[vmiView](raw, members, view)
-		if err != nil {
-			return nil, nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
-		}
-		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: v.Metadata.objectMeta(), Spec: v.Spec.spec()}
-		shape := &vmShape{kind: kind, duplicate: dups}
-		v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
-		v.Spec.shape(&shape.members)
-		return chain.ForVMI(vmi), shape, nil
+	newView, ok := kindViews[kind]
+	if !ok {
+		return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
 	}
-	return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
+	// A view the Edge decoded came from v2, which refuses any duplicate
+	// name, so there is none to report.
+	v, decoded := view.(kindView)
+	var dups *duplicateMember
+	if !decoded {
+		v = newView()
+		var err error
+		if dups, err = unmarshalNoting(raw, v, members); err != nil {
+			return nil, nil, fmt.Errorf("decoding %s: %w", kind, err)
+		}
+	}
+	req, shape := v.request()
+	shape.kind, shape.duplicate = kind, dups
+	return req, shape, nil
+}
+
+// kindView is a kind's view: the part of its objects kvnet decodes, which
+// becomes the chain's request and tells the object's shape.
+type kindView interface {
+	request() (*chain.Request, *vmShape)
+}
+
+// kindViews make each kind's empty view.
+var kindViews = map[chain.Kind]func() kindView{
+	chain.KindVM:  func() kindView { return new(vmView) },
+	chain.KindVMI: func() kindView { return new(vmiView) },
 }
 
 // newVMView returns an empty view of kind's objects for the Edge to decode
 // (see viewHandler), or nil for a kind kvnet does not handle.
 func newVMView(kind chain.Kind) any {
-	switch kind {
-	case chain.KindVM:
-		return new(vmView)
-	case chain.KindVMI:
-		return new(vmiView)
+	if newView, ok := kindViews[kind]; ok {
+		return newView()
 	}
 	return nil
+}
+
+func (v *vmView) request() (*chain.Request, *vmShape) {
+	vm := &kubevirtv1.VirtualMachine{ObjectMeta: v.Metadata.objectMeta()}
+	shape := &vmShape{}
+	v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
+	if s := v.Spec; s != nil {
+		shape.members.Add(chain.MemberSpec)
+		if t := s.Template; t != nil {
+			shape.members.Add(chain.MemberTemplate)
+			t.Metadata.shape(&shape.members, chain.MemberTemplateMeta, chain.MemberTemplateAnnotations, chain.MemberTemplateLabels)
+			t.Spec.shape(&shape.members)
+			vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
+		}
+	}
+	return chain.ForVM(vm), shape
+}
+
+func (v *vmiView) request() (*chain.Request, *vmShape) {
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: v.Metadata.objectMeta(), Spec: v.Spec.spec()}
+	shape := &vmShape{}
+	v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
+	v.Spec.shape(&shape.members)
+	return chain.ForVMI(vmi), shape
 }
 
 // decodeView returns view if the Edge decoded the object into it, and
