@@ -20,7 +20,7 @@ import (
 // Owner is the object a VM's claims belong to: the VirtualMachine, or the
 // VirtualMachineInstance when it was created on its own.
 type Owner struct {
-	Kind      string // chain.KindVM or chain.KindVMI
+	Kind      string // owner.KindVM or owner.KindVMI
 	Namespace string
 	Name      string
 	UID       types.UID
@@ -30,9 +30,9 @@ type Owner struct {
 // when it has one (then the VM and the VMI share a name), else the VMI.
 func OwnerOf(vmi *kubevirtv1.VirtualMachineInstance) Owner {
 	if ref := owner.ControllingVM(vmi); ref != nil {
-		return Owner{Kind: kindVM, Namespace: vmi.Namespace, Name: ref.Name, UID: ref.UID}
+		return Owner{Kind: owner.KindVM, Namespace: vmi.Namespace, Name: ref.Name, UID: ref.UID}
 	}
-	return Owner{Kind: kindVMI, Namespace: vmi.Namespace, Name: vmi.Name, UID: vmi.UID}
+	return Owner{Kind: owner.KindVMI, Namespace: vmi.Namespace, Name: vmi.Name, UID: vmi.UID}
 }
 
 // Ref is the controller owner reference a claim of o carries.
@@ -155,10 +155,10 @@ func Offline(ctx context.Context, cfg *config.Config, facts lookup.Facts, kind, 
 	if !cfg.PersistentIPsEnabled() || cfg.Excluded(namespace) {
 		return nil, nil
 	}
-	var owner Owner
+	var o Owner
 	var spec *kubevirtv1.VirtualMachineInstanceSpec
 	switch kind {
-	case kindVM:
+	case owner.KindVM:
 		var vm kubevirtv1.VirtualMachine
 		if err := json.Unmarshal(raw, &vm); err != nil {
 			return nil, fmt.Errorf("decoding VirtualMachine: %w", err)
@@ -166,21 +166,21 @@ func Offline(ctx context.Context, cfg *config.Config, facts lookup.Facts, kind, 
 		if vm.Spec.Template == nil {
 			return nil, nil
 		}
-		owner, spec = Owner{Kind: kind, Namespace: namespace, Name: vm.Name, UID: vm.UID}, &vm.Spec.Template.Spec
-	case kindVMI:
+		o, spec = Owner{Kind: kind, Namespace: namespace, Name: vm.Name, UID: vm.UID}, &vm.Spec.Template.Spec
+	case owner.KindVMI:
 		var vmi kubevirtv1.VirtualMachineInstance
 		if err := json.Unmarshal(raw, &vmi); err != nil {
 			return nil, fmt.Errorf("decoding VirtualMachineInstance: %w", err)
 		}
 		vmi.Namespace = namespace
-		if owner = OwnerOf(&vmi); owner.Kind != kind {
+		if o = OwnerOf(&vmi); o.Kind != kind {
 			return nil, nil
 		}
 		spec = &vmi.Spec
 	default:
 		return nil, nil
 	}
-	want, _, err := Desired(ctx, cfg, owner, spec, facts)
+	want, _, err := Desired(ctx, cfg, o, spec, facts)
 	if err != nil {
 		return nil, err
 	}

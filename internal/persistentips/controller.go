@@ -39,8 +39,6 @@ const (
 	launcherValue       = "virt-launcher"
 	ownerIndex          = "kvnet.io/ipamclaim-controller"
 	nadIndex            = "kvnet.io/nads"
-	kindVM              = "VirtualMachine"
-	kindVMI             = "VirtualMachineInstance"
 	waitForGC           = 10 * time.Second
 	waitForLauncher     = 30 * time.Second
 	eventReasonClaim    = "IPAMClaimCreated"
@@ -248,13 +246,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	cfg := r.Config.Get()
-	owner, ownerObj, spec := liveOwner(vm, vmi)
+	live, liveObj, spec := liveOwner(vm, vmi)
 	key := req.String()
 	if spec == nil || !cfg.PersistentIPsEnabled() || cfg.Excluded(req.Namespace) {
 		r.leaks.set(key, 0)
 		return result, nil
 	}
-	want, skipped, err := Desired(ctx, cfg, owner, spec, r.Facts)
+	want, skipped, err := Desired(ctx, cfg, live, spec, r.Facts)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -264,7 +262,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	wanted := map[string]bool{}
 	for _, w := range want {
 		wanted[w.Claim.Name] = true
-		d, err := r.ensure(ctx, ownerObj, owner, w)
+		d, err := r.ensure(ctx, liveObj, live, w)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -274,7 +272,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	unused := 0
 	for i := range claims {
-		if owner.Owns(&claims[i]) && claims[i].DeletionTimestamp == nil && !wanted[claims[i].Name] {
+		if live.Owns(&claims[i]) && claims[i].DeletionTimestamp == nil && !wanted[claims[i].Name] {
 			unused++
 		}
 	}
@@ -295,14 +293,14 @@ func (r *Reconciler) releaseGone(ctx context.Context, namespace string, vm *kube
 		}
 		ref := metav1.GetControllerOf(c)
 		switch ref.Kind {
-		case kindVM:
+		case owner.KindVM:
 			if vm != nil && vm.UID == ref.UID && vm.DeletionTimestamp == nil {
 				continue
 			}
 			if err := r.release(ctx, c, ReasonVMDeleted); err != nil {
 				return 0, err
 			}
-		case kindVMI:
+		case owner.KindVMI:
 			if vmi != nil && vmi.UID == ref.UID {
 				continue // a standalone VMI keeps its IP until it is gone
 			}
@@ -331,10 +329,10 @@ func liveOwner(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInst
 	switch {
 	case vm != nil:
 		if vm.DeletionTimestamp == nil && vm.Spec.Template != nil {
-			return Owner{Kind: kindVM, Namespace: vm.Namespace, Name: vm.Name, UID: vm.UID}, vm, &vm.Spec.Template.Spec
+			return Owner{Kind: owner.KindVM, Namespace: vm.Namespace, Name: vm.Name, UID: vm.UID}, vm, &vm.Spec.Template.Spec
 		}
 	case vmi != nil:
-		if o := OwnerOf(vmi); o.Kind == kindVMI && vmi.DeletionTimestamp == nil {
+		if o := OwnerOf(vmi); o.Kind == owner.KindVMI && vmi.DeletionTimestamp == nil {
 			return o, vmi, &vmi.Spec
 		}
 	}
@@ -344,7 +342,7 @@ func liveOwner(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInst
 // claimsOf lists the claims controlled by a VM or VMI called name.
 func (r *Reconciler) claimsOf(ctx context.Context, namespace, name string) ([]ipamv1alpha1.IPAMClaim, error) {
 	var out []ipamv1alpha1.IPAMClaim
-	for _, kind := range []string{kindVM, kindVMI} {
+	for _, kind := range []string{owner.KindVM, owner.KindVMI} {
 		var list ipamv1alpha1.IPAMClaimList
 		if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{ownerIndex: kind + "/" + name}); err != nil {
 			return nil, fmt.Errorf("listing IPAMClaims of %s %s/%s: %w", kind, namespace, name, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/model/owner"
 )
 
 // Primary UDN NAD configs as OVN-Kubernetes renders them for a
@@ -81,7 +82,7 @@ func TestDesiredPrimary(t *testing.T) {
 			if err := json.Unmarshal([]byte(tc.spec), &spec); err != nil {
 				t.Fatal(err)
 			}
-			o := Owner{Kind: kindVM, Namespace: "u", Name: "vm", UID: "uid-1"}
+			o := Owner{Kind: owner.KindVM, Namespace: "u", Name: "vm", UID: "uid-1"}
 			w, s, err := DesiredPrimary(context.Background(), cfg, o, &spec, udnFacts(tc.nads))
 			if err != nil {
 				t.Fatal(err)
