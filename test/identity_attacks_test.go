@@ -21,6 +21,7 @@ import (
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -99,7 +100,7 @@ func startSourceProxy(t *testing.T, cfg *rest.Config, it *identityTarget, cert t
 
 // waitRefusedAtTarget waits until the target has counted reason more
 // than before times.
-func waitRefusedAtTarget(t *testing.T, what string, reason proxy.RefusalCode, before float64) {
+func waitRefusedAtTarget(t *testing.T, what string, reason hop.RefusalCode, before float64) {
 	t.Helper()
 	proxyEventually(t, what, func() error {
 		if d := refusedCount(t, "target", reason) - before; d < 1 {
@@ -251,24 +252,24 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 	id1 := vmim1.Spec.Receive.MigrationID
 	env.WaitCached(t, &kubevirtv1.VirtualMachineInstanceMigration{}, client.ObjectKeyFromObject(vmim1))
 	claim1, _ := piGetClaim(victim, "vm1.blue")
-	wrongVM, notFound := refusedCount(t, "target", proxy.RefusedWrongVM), refusedCount(t, "target", proxy.RefusedUnknownMigration)
-	wrongVMLogs := env.Logs.Count("refused a stream", "reason", proxy.RefusedWrongVM.String(), "peer", "cluster-a")
-	offeredWrongVM := offered(proxy.RefusedWrongVM.String())
+	wrongVM, notFound := refusedCount(t, "target", hop.RefusedWrongVM), refusedCount(t, "target", hop.RefusedUnknownMigration)
+	wrongVMLogs := env.Logs.Count("refused a stream", "reason", hop.RefusedWrongVM.String(), "peer", "cluster-a")
+	offeredWrongVM := offered(hop.RefusedWrongVM.String())
 	send(t, attackerA, tenantA, "evil", id1, map[string]string{proxy.AnnotationMigrationTarget: victim + "/vm1"})
 	send(t, attackerA, tenantA, "sly", id1, nil)
 	proxyEventually(t, "the tenant's identity naming the victim's VM refused and counted at both ends", func() error {
-		if d := refusedCount(t, "target", proxy.RefusedWrongVM) - wrongVM; d < 1 {
-			return fmt.Errorf("kvnet_proxy_refused_total{side=target,reason=%s} rose by %v", proxy.RefusedWrongVM, d)
+		if d := refusedCount(t, "target", hop.RefusedWrongVM) - wrongVM; d < 1 {
+			return fmt.Errorf("kvnet_proxy_refused_total{side=target,reason=%s} rose by %v", hop.RefusedWrongVM, d)
 		}
-		if d := offered(proxy.RefusedWrongVM.String()) - offeredWrongVM; d < 1 {
-			return fmt.Errorf("kvnet_proxy_identities_offered_total{outcome=%s} rose by %v", proxy.RefusedWrongVM, d)
+		if d := offered(hop.RefusedWrongVM.String()) - offeredWrongVM; d < 1 {
+			return fmt.Errorf("kvnet_proxy_identities_offered_total{outcome=%s} rose by %v", hop.RefusedWrongVM, d)
 		}
-		if d := env.Logs.Count("refused a stream", "reason", proxy.RefusedWrongVM.String(), "peer", "cluster-a") - wrongVMLogs; d < 1 {
+		if d := env.Logs.Count("refused a stream", "reason", hop.RefusedWrongVM.String(), "peer", "cluster-a") - wrongVMLogs; d < 1 {
 			return fmt.Errorf("%d log lines", d)
 		}
 		return nil
 	})
-	waitRefusedAtTarget(t, "the tenant's identity naming its own VM not found", proxy.RefusedUnknownMigration, notFound)
+	waitRefusedAtTarget(t, "the tenant's identity naming its own VM not found", hop.RefusedUnknownMigration, notFound)
 	if after, _ := piGetClaim(victim, "vm1.blue"); after.ResourceVersion != claim1.ResourceVersion || len(after.Status.IPs) != 0 {
 		t.Fatalf("the victim's claim changed under attack 2: status.ips %v, annotations %v", after.Status.IPs, after.Annotations)
 	}
@@ -286,12 +287,12 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 	attackerB := editor(t, env.Config, env.Client, tenantB)
 	id2 := victim + "-vm2" // it.receive's ID for vm2: guessable on purpose
 	tvmi, tvmim := tenantReceive(t, attackerB, tenantB, "vm2", id2,
-		map[string]string{proxy.AnnotationMigrationSource: proxy.Approval("cluster-a", proxy.VMRef{Namespace: victim, Name: "vm2"})})
+		map[string]string{proxy.AnnotationMigrationSource: proxy.Approval("cluster-a", hop.VMRef{Namespace: victim, Name: "vm2"})})
 	tclaim := piWaitClaim(t, tenantB, "vm2.blue", "VirtualMachine", "vm2", tvmi.OwnerReferences[0].UID, it.network, "blue")
 	env.WaitCached(t, &kubevirtv1.VirtualMachineInstanceMigration{}, client.ObjectKeyFromObject(tvmim))
-	notFound = refusedCount(t, "target", proxy.RefusedUnknownMigration)
+	notFound = refusedCount(t, "target", hop.RefusedUnknownMigration)
 	send(t, owner, victim, "vm2", id2, nil)
-	waitRefusedAtTarget(t, "the victim's identity for vm2 not found while only the tenant's VMIM holds its ID", proxy.RefusedUnknownMigration, notFound)
+	waitRefusedAtTarget(t, "the victim's identity for vm2 not found while only the tenant's VMIM holds its ID", hop.RefusedUnknownMigration, notFound)
 	if after, _ := piGetClaim(tenantB, "vm2.blue"); after.ResourceVersion != tclaim.ResourceVersion || len(after.Status.IPs) != 0 {
 		t.Fatalf("the tenant's claim took something: status.ips %v, annotations %v", after.Status.IPs, after.Annotations)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -112,31 +113,31 @@ func TestIdentityRefusalsThroughBothProxies(t *testing.T) {
 		annot   map[string]string // on the sending VMIM
 		srcName string            // the sending VM, when not name
 		late    bool              // the target pod exists first
-		outcome proxy.RefusalCode // what the source hears
+		outcome hop.RefusalCode   // what the source hears
 		reason  string            // the receiver's reason; "" when the hop refused
 		says    string            // in the event and the pod's denial
 	}
 	cases := []refusalCase{
 		{name: "network-name", source: []srcNet{{name: "blue", network: "red-" + ns, mac: "02:6b:76:02:00:01", ips: []string{"10.100.0.21/24"}}},
-			outcome: proxy.RefusedIdentityMismatch, reason: persistentips.ReasonNetworkName, says: `networks[blue].networkName: "red-` + ns + `"`},
+			outcome: hop.RefusedIdentityMismatch, reason: persistentips.ReasonNetworkName, says: `networks[blue].networkName: "red-` + ns + `"`},
 		{name: "outside-subnet", source: []srcNet{blue("02:6b:76:02:00:02", "10.100.1.22/24")},
-			outcome: proxy.RefusedIdentityMismatch, reason: persistentips.ReasonOutsideSubnets, says: "10.100.1.22/24 is in no subnet"},
+			outcome: hop.RefusedIdentityMismatch, reason: persistentips.ReasonOutsideSubnets, says: "10.100.1.22/24 is in no subnet"},
 		{name: "claim-holds-ip", source: []srcNet{blue("02:6b:76:02:00:03", "10.100.0.7/24")},
-			outcome: proxy.RefusedIdentityHeld, reason: persistentips.ReasonHeld, says: "10.100.0.7 is already held on network \"" + it.network + "\" by an IPAMClaim in another namespace"},
+			outcome: hop.RefusedIdentityHeld, reason: persistentips.ReasonHeld, says: "10.100.0.7 is already held on network \"" + it.network + "\" by an IPAMClaim in another namespace"},
 		{name: "pod-holds-ip", source: []srcNet{blue("02:6b:76:02:00:04", "10.100.0.8/24")},
-			outcome: proxy.RefusedIdentityHeld, reason: persistentips.ReasonHeld, says: "10.100.0.8 is already held on network \"" + it.network + "\" by a pod in another namespace"},
+			outcome: hop.RefusedIdentityHeld, reason: persistentips.ReasonHeld, says: "10.100.0.8 is already held on network \"" + it.network + "\" by a pod in another namespace"},
 		{name: "mac-held", source: []srcNet{blue("02:6b:76:02:00:99", "10.100.0.25/24")},
-			outcome: proxy.RefusedIdentityHeld, reason: persistentips.ReasonHeld, says: "networks[blue].mac: 02:6b:76:02:00:99 is already used by a VirtualMachineInstance in another namespace"},
+			outcome: hop.RefusedIdentityHeld, reason: persistentips.ReasonHeld, says: "networks[blue].mac: 02:6b:76:02:00:99 is already used by a VirtualMachineInstance in another namespace"},
 		{name: "network-missing", source: []srcNet{blue("02:6b:76:02:00:06", "10.100.0.26/24")}, target: [][2]string{{"blue", "blue"}, {"green", "green"}},
-			outcome: proxy.RefusedIdentityMismatch, reason: persistentips.ReasonNetworkName, says: `the receiving VM's network "green"`},
+			outcome: hop.RefusedIdentityMismatch, reason: persistentips.ReasonNetworkName, says: `the receiving VM's network "green"`},
 		{name: "network-extra", source: []srcNet{blue("02:6b:76:02:00:07", "10.100.0.27/24"), {name: "green", network: green, mac: "02:6b:76:02:01:07", ips: []string{"10.101.0.27/24"}}},
-			outcome: proxy.RefusedIdentityMismatch, reason: persistentips.ReasonNetworkName, says: `networks[green].name: the receiving VM has no secondary network "green"`},
+			outcome: hop.RefusedIdentityMismatch, reason: persistentips.ReasonNetworkName, says: `networks[green].name: the receiving VM has no secondary network "green"`},
 		{name: "late", source: []srcNet{blue("02:6b:76:02:00:08", "10.100.0.28/24")}, late: true,
-			outcome: proxy.RefusedIdentityLate, reason: persistentips.ReasonLate, says: "target pod"},
+			outcome: hop.RefusedIdentityLate, reason: persistentips.ReasonLate, says: "target pod"},
 		{name: "wrong-vm", srcName: "intruder", source: []srcNet{blue("02:6b:76:02:00:09", "10.100.0.29/24")},
-			annot: map[string]string{proxy.AnnotationMigrationTarget: ns + "/wrong-vm"}, outcome: proxy.RefusedWrongVM},
+			annot: map[string]string{proxy.AnnotationMigrationTarget: ns + "/wrong-vm"}, outcome: hop.RefusedWrongVM},
 	}
-	refusedLogs := func(reason proxy.RefusalCode) int {
+	refusedLogs := func(reason hop.RefusalCode) int {
 		return env.Logs.Count("the peer refused the migration's network identity; its target pod will not be admitted", "reason", reason.String()) +
 			env.Logs.Count("the peer refused the migration's network identity for now; offering again", "reason", reason.String())
 	}
@@ -248,14 +249,14 @@ func TestIdentityRefusalsThroughBothProxies(t *testing.T) {
 
 	// A third proxy (cluster-c), trusted by the target but not the one
 	// the migration is bound to, offers the same VM's identity again.
-	before := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": proxy.RefusedOtherPeer.String()})
-	logs := refusedLogs(proxy.RefusedOtherPeer)
+	before := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": hop.RefusedOtherPeer.String()})
+	logs := refusedLogs(hop.RefusedOtherPeer)
 	startSourceProxy(t, src.Config, it, it.fromC.Cert, 9)
 	piEventually(t, "the unbound third proxy's offer refused as another peer's", func() error {
-		if d := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": proxy.RefusedOtherPeer.String()}) - before; d < 1 {
-			return fmt.Errorf("kvnet_proxy_identities_offered_total{outcome=%s} rose by %v", proxy.RefusedOtherPeer, d)
+		if d := metricValue(t, "kvnet_proxy_identities_offered_total", map[string]string{"outcome": hop.RefusedOtherPeer.String()}) - before; d < 1 {
+			return fmt.Errorf("kvnet_proxy_identities_offered_total{outcome=%s} rose by %v", hop.RefusedOtherPeer, d)
 		}
-		if refusedLogs(proxy.RefusedOtherPeer) <= logs {
+		if refusedLogs(hop.RefusedOtherPeer) <= logs {
 			return fmt.Errorf("no log line of the refusal")
 		}
 		return nil

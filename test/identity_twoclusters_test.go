@@ -24,6 +24,7 @@ import (
 	"github.com/kvnet/kvnet/internal/model/multus"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -45,12 +46,12 @@ func startIdentityTarget(t *testing.T) *identityTarget {
 	t.Helper()
 	hopAddr := loopbackAddr(t, 6)
 	pa, pb, pc := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b"), certstest.New(t, "cluster-c")
-	hop, err := net.Listen("tcp", net.JoinHostPort(hopAddr, "0"))
+	hopLn, err := net.Listen("tcp", net.JoinHostPort(hopAddr, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgr, err := app.NewProxyManager(env.Config, app.ProxyOptions{
-		AdvertiseAddress: hopAddr, HopListener: hop, Cert: pb.Cert, ReceiveIdentities: true,
+		AdvertiseAddress: hopAddr, HopListener: hopLn, Cert: pb.Cert, ReceiveIdentities: true,
 		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}, {Name: "cluster-c", CAs: pc.Pool}},
 		MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
 	})
@@ -60,8 +61,8 @@ func startIdentityTarget(t *testing.T) *identityTarget {
 	startProxy(t, mgr)
 	ns := env.NewNamespace(t, nil)
 	it := &identityTarget{ns: ns, network: "blue-" + ns,
-		hop:   &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool},
-		fromA: &proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}, fromC: &proxy.Dialer{Cert: pc.Cert, Mode: proxy.ModeTLS}}
+		hop:   &proxy.Peer{Name: "cluster-b", Addresses: []string{hopLn.Addr().String()}, CAs: pb.Pool},
+		fromA: &proxy.Dialer{Cert: pa.Cert, Mode: hop.ModeTLS}, fromC: &proxy.Dialer{Cert: pc.Cert, Mode: hop.ModeTLS}}
 	piPersistentNAD(t, ns, "blue", it.network)
 	return it
 }
@@ -87,28 +88,28 @@ func (it *identityTarget) receive(t *testing.T, name string) (*kubevirtv1.Virtua
 }
 
 // identity is what the source proxy sends for a VM with one network blue.
-func (it *identityTarget) identity(vmim *kubevirtv1.VirtualMachineInstanceMigration, network string, ips ...string) proxy.Identity {
-	n := proxy.NetworkIdentity{Name: "blue", NetworkName: network, MAC: net.HardwareAddr{0x02, 0x6b, 0x76, 0x00, 0x00, 0x05}}
+func (it *identityTarget) identity(vmim *kubevirtv1.VirtualMachineInstanceMigration, network string, ips ...string) hop.Identity {
+	n := hop.NetworkIdentity{Name: "blue", NetworkName: network, MAC: net.HardwareAddr{0x02, 0x6b, 0x76, 0x00, 0x00, 0x05}}
 	for _, ip := range ips {
 		n.IPs = append(n.IPs, netip.MustParsePrefix(ip))
 	}
-	return proxy.Identity{Route: proxy.SameVM(vmim.Spec.Receive.MigrationID, vmim.Namespace, vmim.Spec.VMIName), Networks: []proxy.NetworkIdentity{n}}
+	return hop.Identity{Route: hop.SameVM(vmim.Spec.Receive.MigrationID, vmim.Namespace, vmim.Spec.VMIName), Networks: []hop.NetworkIdentity{n}}
 }
 
 // offer sends id from d, waiting out unknown-migration while the target
 // proxy's cache has not seen the VMIM yet; it returns the refusal, if any.
-func (it *identityTarget) offer(t *testing.T, d *proxy.Dialer, id proxy.Identity) proxy.RefusalCode {
+func (it *identityTarget) offer(t *testing.T, d *proxy.Dialer, id hop.Identity) hop.RefusalCode {
 	t.Helper()
-	var got proxy.RefusalCode
+	var got hop.RefusalCode
 	proxyEventually(t, "the target proxy answers the identity for "+id.MigrationID, func() error {
 		err := d.OfferIdentity(context.Background(), it.hop, id)
-		var re *proxy.RefusedError
+		var re *hop.RefusedError
 		switch {
 		case err == nil:
 			got = 0
 		case !errors.As(err, &re):
 			t.Fatalf("offering the identity: %v", err)
-		case re.Reason == proxy.RefusedUnknownMigration:
+		case re.Reason == hop.RefusedUnknownMigration:
 			return err
 		default:
 			got = re.Reason
@@ -124,7 +125,7 @@ func (it *identityTarget) offer(t *testing.T, d *proxy.Dialer, id proxy.Identity
 // outcome is kvnet_persistentips_identities_received_total's label ("" when
 // the hop refuses before the receiver); an outcome's event is a series
 // that keeps its first note, so says is checked once per outcome.
-func (it *identityTarget) refused(t *testing.T, what string, d *proxy.Dialer, vmim *kubevirtv1.VirtualMachineInstanceMigration, id proxy.Identity, reason proxy.RefusalCode, outcome, says string) {
+func (it *identityTarget) refused(t *testing.T, what string, d *proxy.Dialer, vmim *kubevirtv1.VirtualMachineInstanceMigration, id hop.Identity, reason hop.RefusalCode, outcome, says string) {
 	t.Helper()
 	received := map[string]string{"outcome": outcome}
 	before, outcomes := refusedCount(t, "target", reason), metricValue(t, "kvnet_persistentips_identities_received_total", received)
@@ -219,12 +220,12 @@ func TestIdentityTargetSide(t *testing.T) {
 
 	for _, c := range []struct {
 		what, outcome, says string
-		id                  proxy.Identity
-		reason              proxy.RefusalCode
+		id                  hop.Identity
+		reason              hop.RefusalCode
 	}{
-		{"another network name", persistentips.ReasonNetworkName, `networks[blue].networkName: "red"`, it.identity(vmim, "red", "10.100.0.5/24"), proxy.RefusedIdentityMismatch},
-		{"an IP outside the subnets", persistentips.ReasonOutsideSubnets, "networks[blue].ips: 10.100.1.5/24 is in no subnet", it.identity(vmim, it.network, "10.100.1.5/24"), proxy.RefusedIdentityMismatch},
-		{"an IP a claim holds", persistentips.ReasonHeld, fmt.Sprintf("10.100.0.7 is already held on network %q by an IPAMClaim in another namespace", it.network), it.identity(vmim, it.network, "10.100.0.7/24"), proxy.RefusedIdentityHeld},
+		{"another network name", persistentips.ReasonNetworkName, `networks[blue].networkName: "red"`, it.identity(vmim, "red", "10.100.0.5/24"), hop.RefusedIdentityMismatch},
+		{"an IP outside the subnets", persistentips.ReasonOutsideSubnets, "networks[blue].ips: 10.100.1.5/24 is in no subnet", it.identity(vmim, it.network, "10.100.1.5/24"), hop.RefusedIdentityMismatch},
+		{"an IP a claim holds", persistentips.ReasonHeld, fmt.Sprintf("10.100.0.7 is already held on network %q by an IPAMClaim in another namespace", it.network), it.identity(vmim, it.network, "10.100.0.7/24"), hop.RefusedIdentityHeld},
 	} {
 		it.refused(t, c.what, it.fromA, vmim, c.id, c.reason, c.outcome, c.says)
 	}
@@ -242,11 +243,11 @@ func TestIdentityTargetSide(t *testing.T) {
 	mustCreate(t, env.Client, local)
 	env.WaitCached(t, &kubevirtv1.VirtualMachineInstance{}, client.ObjectKeyFromObject(vmi2))
 	mustCreate(t, env.Client, targetPod(vmi2, local))
-	it.refused(t, "an IP a pod holds", it.fromA, vmim2, it.identity(vmim2, it.network, "10.100.0.8/24"), proxy.RefusedIdentityHeld,
+	it.refused(t, "an IP a pod holds", it.fromA, vmim2, it.identity(vmim2, it.network, "10.100.0.8/24"), hop.RefusedIdentityHeld,
 		persistentips.ReasonHeld, fmt.Sprintf("10.100.0.8 is already held on network %q by a pod in another namespace", it.network))
 	// The migration is cluster-a's now (its first identity bound it):
 	// cluster-c, trusted as a peer, cannot give the VM other addresses.
-	it.refused(t, "a peer the migration is not bound to", it.fromC, vmim, it.identity(vmim, it.network, "10.100.0.5/24"), proxy.RefusedOtherPeer, "", "")
+	it.refused(t, "a peer the migration is not bound to", it.fromC, vmim, it.identity(vmim, it.network, "10.100.0.5/24"), hop.RefusedOtherPeer, "", "")
 
 	// Before the identity is in, the target pod is denied (virt-controller
 	// retries), so it never gets a fresh IP.
@@ -290,7 +291,7 @@ func TestIdentityTargetSide(t *testing.T) {
 	if len(elems) != 1 || elems[0]["ipam-claim-reference"] != "vm1.blue" || elems[0]["mac"] != "02:6b:76:00:00:05" {
 		t.Fatalf("the target pod's Multus elements %v, want blue's with claim vm1.blue and the source's MAC", elems)
 	}
-	it.refused(t, "an identity after the target pod", it.fromA, vmim, sent, proxy.RefusedIdentityLate, persistentips.ReasonLate, "target pod")
+	it.refused(t, "an identity after the target pod", it.fromA, vmim, sent, hop.RefusedIdentityLate, persistentips.ReasonLate, "target pod")
 	t.Logf("target side of the identity exchange: %s", time.Since(start).Round(time.Millisecond))
 }
 

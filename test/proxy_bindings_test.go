@@ -28,6 +28,7 @@ import (
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -84,12 +85,12 @@ type runningProxy struct {
 // stop ends it as SIGTERM does (the lease is released).
 func (r *bindingsRig) start(t *testing.T, ns string, leaderElect bool) *runningProxy {
 	t.Helper()
-	hop, err := net.Listen("tcp", "127.0.0.1:0")
+	hopLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgr, err := app.NewProxyManager(r.cluster.Config, app.ProxyOptions{
-		AdvertiseAddress: "127.0.0.1", HopListener: hop, Cert: r.pb.Cert,
+		AdvertiseAddress: "127.0.0.1", HopListener: hopLn, Cert: r.pb.Cert,
 		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: r.pa.Pool}, {Name: "cluster-c", CAs: r.pc.Pool}},
 		MetricsAddr: "0", ProbeAddr: "0", Namespace: ns,
 		LeaderElect: leaderElect, LeaderElectionID: "kvnet-migration-proxy", CreateObjects: true,
@@ -97,7 +98,7 @@ func (r *bindingsRig) start(t *testing.T, ns string, leaderElect bool) *runningP
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &runningProxy{mgr: mgr, hop: hop.Addr().String(), stop: framework.RunManager(t, mgr)}
+	return &runningProxy{mgr: mgr, hop: hopLn.Addr().String(), stop: framework.RunManager(t, mgr)}
 }
 
 // dial presents the migration of receiving VMIM m (from the VM of the
@@ -110,7 +111,7 @@ func (r *bindingsRig) dial(p *runningProxy, peer string, m *kubevirtv1.VirtualMa
 	}
 	port, _ := strconv.Atoi(r.echo.port())
 	target := &proxy.Peer{Name: "cluster-b", Addresses: []string{p.hop}, CAs: r.pb.Pool}
-	c, err := (&proxy.Dialer{Cert: cert, Mode: proxy.ModeTLS}).Dial(context.Background(), target, proxy.SameVM(m.Spec.Receive.MigrationID, m.Namespace, m.Spec.VMIName), uint16(port))
+	c, err := (&proxy.Dialer{Cert: cert, Mode: hop.ModeTLS}).Dial(context.Background(), target, hop.SameVM(m.Spec.Receive.MigrationID, m.Namespace, m.Spec.VMIName), uint16(port))
 	if err == nil {
 		_ = c.Close()
 	}
@@ -118,8 +119,8 @@ func (r *bindingsRig) dial(p *runningProxy, peer string, m *kubevirtv1.VirtualMa
 }
 
 // refusedFor says whether err is the target's refusal r.
-func refusedFor(err error, r proxy.RefusalCode) bool {
-	var re *proxy.RefusedError
+func refusedFor(err error, r hop.RefusalCode) bool {
+	var re *hop.RefusedError
 	return errors.As(err, &re) && re.Reason == r
 }
 
@@ -217,8 +218,8 @@ func TestProxyBindings(t *testing.T) {
 			t.Fatal("the second replica never took the lease")
 		}
 		waitResolvable(t, next, vmim)
-		if err := rig.dial(next, "cluster-c", vmim); !refusedFor(err, proxy.RefusedOtherPeer) {
-			t.Fatalf("the new leader answered cluster-c's stream for a migration bound to cluster-a with %v, want %s", err, proxy.RefusedOtherPeer)
+		if err := rig.dial(next, "cluster-c", vmim); !refusedFor(err, hop.RefusedOtherPeer) {
+			t.Fatalf("the new leader answered cluster-c's stream for a migration bound to cluster-a with %v, want %s", err, hop.RefusedOtherPeer)
 		}
 		if err := rig.dial(next, "cluster-a", vmim); err != nil {
 			t.Fatalf("the new leader refused cluster-a's next stream: %v", err)
@@ -257,8 +258,8 @@ func TestProxyBindings(t *testing.T) {
 			if (errA == nil) == (errC == nil) {
 				t.Fatalf("%s: cluster-a on replica 1: %v; cluster-c on replica 2: %v; want exactly one accepted", id, errA, errC)
 			}
-			if !refusedFor(loserErr, proxy.RefusedOtherPeer) {
-				t.Fatalf("%s: the losing peer got %v, want %s", id, loserErr, proxy.RefusedOtherPeer)
+			if !refusedFor(loserErr, hop.RefusedOtherPeer) {
+				t.Fatalf("%s: the losing peer got %v, want %s", id, loserErr, hop.RefusedOtherPeer)
 			}
 			if got := rig.bindingsOf(t, ns)[id].Peer; got != winner {
 				t.Fatalf("%s: %s was accepted but the stored binding names %q", id, winner, got)
@@ -268,8 +269,8 @@ func TestProxyBindings(t *testing.T) {
 			if winner == "cluster-c" {
 				loser, other = "cluster-a", r2
 			}
-			if err := rig.dial(other, loser, vmims[i]); !refusedFor(err, proxy.RefusedOtherPeer) {
-				t.Fatalf("%s: %s on the winner's replica got %v, want %s", id, loser, err, proxy.RefusedOtherPeer)
+			if err := rig.dial(other, loser, vmims[i]); !refusedFor(err, hop.RefusedOtherPeer) {
+				t.Fatalf("%s: %s on the winner's replica got %v, want %s", id, loser, err, hop.RefusedOtherPeer)
 			}
 		}
 		if got := len(rig.bindingsOf(t, ns)); got != n {
@@ -304,12 +305,12 @@ func TestProxyBindings(t *testing.T) {
 		if got := rig.bindingsOf(t, victim)["mig-copied"]; got.Namespace != victim || got.UID != v.UID {
 			t.Fatalf("the migration is bound to %+v, want the victim's VMIM %s/%s", got, victim, v.Name)
 		}
-		before := proxyRefusals(t, proxy.RefusedAmbiguousMigration)
-		if err := rig.dial(p, "cluster-a", twin); !refusedFor(err, proxy.RefusedAmbiguousMigration) {
-			t.Fatalf("a migration ID held by two receiving VMIMs of one namespace: got %v, want the refusal %s", err, proxy.RefusedAmbiguousMigration)
+		before := proxyRefusals(t, hop.RefusedAmbiguousMigration)
+		if err := rig.dial(p, "cluster-a", twin); !refusedFor(err, hop.RefusedAmbiguousMigration) {
+			t.Fatalf("a migration ID held by two receiving VMIMs of one namespace: got %v, want the refusal %s", err, hop.RefusedAmbiguousMigration)
 		}
-		if d := proxyRefusals(t, proxy.RefusedAmbiguousMigration) - before; d != 1 {
-			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 1", proxy.RefusedAmbiguousMigration, d)
+		if d := proxyRefusals(t, hop.RefusedAmbiguousMigration) - before; d != 1 {
+			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 1", hop.RefusedAmbiguousMigration, d)
 		}
 		if err := b.Client.Delete(context.Background(), twinCopy); err != nil {
 			t.Fatal(err)
@@ -353,12 +354,12 @@ func TestProxyBindings(t *testing.T) {
 			}
 			return nil
 		})
-		before := proxyRefusals(t, proxy.RefusedBadPorts)
-		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, proxy.RefusedBadPorts) {
-			t.Fatalf("four announced ports: got %v, want the refusal %s", err, proxy.RefusedBadPorts)
+		before := proxyRefusals(t, hop.RefusedBadPorts)
+		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, hop.RefusedBadPorts) {
+			t.Fatalf("four announced ports: got %v, want the refusal %s", err, hop.RefusedBadPorts)
 		}
-		if d := proxyRefusals(t, proxy.RefusedBadPorts) - before; d != 1 {
-			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 1", proxy.RefusedBadPorts, d)
+		if d := proxyRefusals(t, hop.RefusedBadPorts) - before; d != 1 {
+			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 1", hop.RefusedBadPorts, d)
 		}
 	})
 
@@ -405,20 +406,20 @@ func TestProxyBindings(t *testing.T) {
 			})
 		}
 		announced("node-b", "127.0.0.2")
-		before := proxyRefusals(t, proxy.RefusedTargetNotHandler)
-		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, proxy.RefusedTargetNotHandler) {
-			t.Fatalf("a status announcing another host: got %v, want the refusal %s", err, proxy.RefusedTargetNotHandler)
+		before := proxyRefusals(t, hop.RefusedTargetNotHandler)
+		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, hop.RefusedTargetNotHandler) {
+			t.Fatalf("a status announcing another host: got %v, want the refusal %s", err, hop.RefusedTargetNotHandler)
 		}
 		vmi.Status.MigrationState.TargetState.Node = "node-without-handler"
 		if err := b.Client.Update(context.Background(), &vmi); err != nil {
 			t.Fatal(err)
 		}
 		announced("node-without-handler", "127.0.0.2")
-		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, proxy.RefusedTargetNotHandler) {
-			t.Fatalf("a status naming a node kvnet gave no address: got %v, want the refusal %s", err, proxy.RefusedTargetNotHandler)
+		if err := rig.dial(p, "cluster-a", vmim); !refusedFor(err, hop.RefusedTargetNotHandler) {
+			t.Fatalf("a status naming a node kvnet gave no address: got %v, want the refusal %s", err, hop.RefusedTargetNotHandler)
 		}
-		if d := proxyRefusals(t, proxy.RefusedTargetNotHandler) - before; d != 2 {
-			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 2", proxy.RefusedTargetNotHandler, d)
+		if d := proxyRefusals(t, hop.RefusedTargetNotHandler) - before; d != 2 {
+			t.Errorf("kvnet_proxy_refused_total{reason=%s} rose by %v, want 2", hop.RefusedTargetNotHandler, d)
 		}
 		select {
 		case <-dialled:
@@ -502,7 +503,7 @@ func sameKeys(m map[string]proxy.Binding, want []string) bool {
 }
 
 // proxyRefusals is the target side's kvnet_proxy_refused_total for r.
-func proxyRefusals(t *testing.T, r proxy.RefusalCode) float64 {
+func proxyRefusals(t *testing.T, r hop.RefusalCode) float64 {
 	t.Helper()
 	return metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": r.String()})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -206,26 +207,26 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 		t.Fatal(err)
 	}
 	kvIntruder := kubevirtCA(t)
-	untrusted := metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": proxy.RefusedUntrustedPeer.String()})
+	untrusted := metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": hop.RefusedUntrustedPeer.String()})
 	if err := offer(px, proxy.EncodeCerts([]*x509.Certificate{kvIntruder})); err == nil {
 		t.Error("a peer that is not configured had its CA bundle accepted")
 	}
 	framework.Eventually(t, "the unconfigured peer's refusal is counted", caSyncTimeout, func() error {
-		if v := metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": proxy.RefusedUntrustedPeer.String()}); v < untrusted+1 {
+		if v := metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": hop.RefusedUntrustedPeer.String()}); v < untrusted+1 {
 			return fmt.Errorf("untrusted-peer refusals %v -> %v", untrusted, v)
 		}
 		return nil
 	})
-	badLabels := map[string]string{"peer": "cluster-c", "direction": "received", "reason": proxy.RefusedBadCABundle.String()}
+	badLabels := map[string]string{"peer": "cluster-c", "direction": "received", "reason": hop.RefusedBadCABundle.String()}
 	for what, bundle := range map[string][]byte{
 		"not PEM":            []byte("hello"),
 		"a leaf certificate": proxy.EncodeCerts([]*x509.Certificate{pc.Cert.Leaf}),
 	} {
 		before := metricValue(t, "kvnet_proxy_ca_exchange_failures_total", badLabels)
 		err := offer(pc, bundle)
-		var ref *proxy.RefusedError
-		if !errors.As(err, &ref) || ref.Reason != proxy.RefusedBadCABundle {
-			t.Errorf("%s: got %v, want the refusal %s", what, err, proxy.RefusedBadCABundle)
+		var ref *hop.RefusedError
+		if !errors.As(err, &ref) || ref.Reason != hop.RefusedBadCABundle {
+			t.Errorf("%s: got %v, want the refusal %s", what, err, hop.RefusedBadCABundle)
 		}
 		if after := metricValue(t, "kvnet_proxy_ca_exchange_failures_total", badLabels); after != before+1 {
 			t.Errorf("%s: kvnet_proxy_ca_exchange_failures_total%v %v -> %v, want +1", what, badLabels, before, after)

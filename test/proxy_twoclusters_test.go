@@ -31,12 +31,13 @@ import (
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
 // refusedCount reads kvnet_proxy_refused_total{side, reason} from the
 // registry both proxies of the test export to.
-func refusedCount(t *testing.T, side string, reason proxy.RefusalCode) float64 {
+func refusedCount(t *testing.T, side string, reason hop.RefusalCode) float64 {
 	t.Helper()
 	return metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": side, "reason": reason.String()})
 }
@@ -155,7 +156,7 @@ func TestProxyTwoClusters(t *testing.T) {
 	t.Cleanup(b.Stop)
 	kv := certstest.New(t, "kubevirt-handler") // KubeVirt's own migration CA, shared by the fake handlers
 
-	for _, mode := range []proxy.Mode{proxy.ModeTLS, proxy.ModeAuthenticated} {
+	for _, mode := range []hop.Mode{hop.ModeTLS, hop.ModeAuthenticated} {
 		t.Run(mode.String(), func(t *testing.T) {
 			ctx := context.Background()
 			pa, pb, pc, px := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b"), certstest.New(t, "cluster-c"), certstest.New(t, "intruder")
@@ -181,7 +182,7 @@ func TestProxyTwoClusters(t *testing.T) {
 				// the receiving VMIM approves it by name.
 				vmim := &kubevirtv1.VirtualMachineInstanceMigration{
 					ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: vmiName + "-in",
-						Annotations: map[string]string{proxy.AnnotationMigrationSource: proxy.Approval("cluster-a", proxy.VMRef{Namespace: ns, Name: vmiName})}},
+						Annotations: map[string]string{proxy.AnnotationMigrationSource: proxy.Approval("cluster-a", hop.VMRef{Namespace: ns, Name: vmiName})}},
 					Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmiName,
 						Receive: &kubevirtv1.VirtualMachineInstanceMigrationTarget{MigrationID: id}},
 				}
@@ -203,12 +204,12 @@ func TestProxyTwoClusters(t *testing.T) {
 			receive("vm1", migID)
 			receive("vm2", migID+"-2")
 
-			hop, err := net.Listen("tcp", net.JoinHostPort(hopAddr, "0"))
+			hopLn, err := net.Listen("tcp", net.JoinHostPort(hopAddr, "0"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			mgrB, err := app.NewProxyManager(b.Config, app.ProxyOptions{
-				AdvertiseAddress: tgtAdvertise, HopListener: hop, Cert: pb.Cert,
+				AdvertiseAddress: tgtAdvertise, HopListener: hopLn, Cert: pb.Cert,
 				Peers:         []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}, {Name: "cluster-c", CAs: pc.Pool}},
 				MaxMigrations: 1, QueueWait: 300 * time.Millisecond,
 				MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
@@ -219,7 +220,7 @@ func TestProxyTwoClusters(t *testing.T) {
 			startProxy(t, mgrB)
 
 			// Cluster A, the source: kvnet's rewrite, the source VMI and VMIM.
-			peerB := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool}
+			peerB := &proxy.Peer{Name: "cluster-b", Addresses: []string{hopLn.Addr().String()}, CAs: pb.Pool}
 			mgrA, err := app.NewProxyManager(env.Config, app.ProxyOptions{
 				AdvertiseAddress: srcAddr, Cert: pa.Cert, Mode: mode, Peers: []*proxy.Peer{peerB},
 				AllowedSources: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
@@ -301,7 +302,7 @@ func TestProxyTwoClusters(t *testing.T) {
 
 			// refusedBy runs try and checks that it failed and that the
 			// named refusal was counted.
-			refusedBy := func(what, side string, reason proxy.RefusalCode, try func() error) {
+			refusedBy := func(what, side string, reason hop.RefusalCode, try func() error) {
 				t.Helper()
 				before := refusedCount(t, side, reason)
 				if err := try(); err == nil {
@@ -317,12 +318,12 @@ func TestProxyTwoClusters(t *testing.T) {
 			}
 			// route is the route of migration id of VM vmN (mig-<ns> is
 			// vm1's, mig-<ns>-2 vm2's) from ns in cluster A to nsB.
-			route := func(id string) proxy.Route {
+			route := func(id string) hop.Route {
 				vm := "vm1"
 				if strings.HasSuffix(id, "-2") {
 					vm = "vm2"
 				}
-				return proxy.Route{MigrationID: id, Source: proxy.VMRef{Namespace: ns, Name: vm}, Target: proxy.VMRef{Namespace: nsB, Name: vm}}
+				return hop.Route{MigrationID: id, Source: hop.VMRef{Namespace: ns, Name: vm}, Target: hop.VMRef{Namespace: nsB, Name: vm}}
 			}
 			dialAs := func(cert tls.Certificate, id, port string) error {
 				p, _ := strconv.Atoi(port)
@@ -332,8 +333,8 @@ func TestProxyTwoClusters(t *testing.T) {
 				}
 				return err
 			}
-			wantReason := func(r proxy.RefusalCode, err error) error {
-				var re *proxy.RefusedError
+			wantReason := func(r hop.RefusalCode, err error) error {
+				var re *hop.RefusedError
 				if err == nil {
 					return nil
 				}
@@ -342,16 +343,16 @@ func TestProxyTwoClusters(t *testing.T) {
 				}
 				return err
 			}
-			refusedBy("an untrusted peer certificate", "target", proxy.RefusedUntrustedPeer, func() error {
+			refusedBy("an untrusted peer certificate", "target", hop.RefusedUntrustedPeer, func() error {
 				return dialAs(px.Cert, migID, direct.port())
 			})
-			refusedBy("no client certificate", "target", proxy.RefusedNoCertificate, func() error {
-				c, err := tls.Dial("tcp", hop.Addr().String(), &tls.Config{RootCAs: pb.Pool, ServerName: "cluster-b", MinVersion: tls.VersionTLS13})
+			refusedBy("no client certificate", "target", hop.RefusedNoCertificate, func() error {
+				c, err := tls.Dial("tcp", hopLn.Addr().String(), &tls.Config{RootCAs: pb.Pool, ServerName: "cluster-b", MinVersion: tls.VersionTLS13})
 				if err != nil {
 					return err
 				}
 				defer c.Close()
-				pre, _ := proxy.Preamble{Mode: mode, Route: route(migID), Port: 1}.MarshalBinary()
+				pre, _ := hop.Preamble{Mode: mode, Route: route(migID), Port: 1}.MarshalBinary()
 				_, _ = c.Write(pre)
 				_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 				if _, err := c.Read(make([]byte, 1)); err != nil {
@@ -359,18 +360,18 @@ func TestProxyTwoClusters(t *testing.T) {
 				}
 				return nil
 			})
-			refusedBy("an unknown migration ID", "target", proxy.RefusedUnknownMigration, func() error {
-				return wantReason(proxy.RefusedUnknownMigration, dialAs(pa.Cert, "no-such-migration", direct.port()))
+			refusedBy("an unknown migration ID", "target", hop.RefusedUnknownMigration, func() error {
+				return wantReason(hop.RefusedUnknownMigration, dialAs(pa.Cert, "no-such-migration", direct.port()))
 			})
-			refusedBy("a port the migration did not announce", "target", proxy.RefusedPort, func() error {
-				return wantReason(proxy.RefusedPort, dialAs(pa.Cert, migID, "1"))
+			refusedBy("a port the migration did not announce", "target", hop.RefusedPort, func() error {
+				return wantReason(hop.RefusedPort, dialAs(pa.Cert, migID, "1"))
 			})
 			// The receiving VMIM approves cluster-a's VM as its sender, so
 			// a second trusted peer naming the same VM is refused before
 			// any binding (TestProxyBindings has the binding's own
 			// refusal of a second peer, for a VM that keeps its namespace).
-			refusedBy("a second trusted peer reusing the migration ID", "target", proxy.RefusedWrongVM, func() error {
-				return wantReason(proxy.RefusedWrongVM, dialAs(pc.Cert, migID, direct.port()))
+			refusedBy("a second trusted peer reusing the migration ID", "target", hop.RefusedWrongVM, func() error {
+				return wantReason(hop.RefusedWrongVM, dialAs(pc.Cert, migID, direct.port()))
 			})
 			// Over the cap (1 on B): hold a stream of the first migration
 			// open, then ask for the second.
@@ -378,11 +379,11 @@ func TestProxyTwoClusters(t *testing.T) {
 			if err != nil {
 				t.Fatalf("holding a stream: %v", err)
 			}
-			refusedBy("a migration over the cap", "target", proxy.RefusedOverCap, func() error {
-				return wantReason(proxy.RefusedOverCap, dialAs(pa.Cert, migID+"-2", direct.port()))
+			refusedBy("a migration over the cap", "target", hop.RefusedOverCap, func() error {
+				return wantReason(hop.RefusedOverCap, dialAs(pa.Cert, migID+"-2", direct.port()))
 			})
 			held.Close()
-			refusedBy("a client outside the allowed range", "source", proxy.RefusedSourceRange, func() error {
+			refusedBy("a client outside the allowed range", "source", hop.RefusedSourceRange, func() error {
 				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(outside)}, Timeout: 10 * time.Second}
 				c, err := d.Dial("tcp", net.JoinHostPort(srcAddr, local[direct.port()]))
 				if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/internal/benchmark"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // sinkServer discards everything each connection sends and closes when the
@@ -82,7 +83,7 @@ func jain(durs []time.Duration, per int64) float64 {
 func BenchmarkChain(b *testing.B) {
 	const total = 512 << 20
 	buf := make([]byte, 256<<10)
-	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
+	for _, mode := range []hop.Mode{hop.ModeAuthenticated, hop.ModeTLS} {
 		for _, n := range []int{1, 5, 50} {
 			b.Run(fmt.Sprintf("%s/streams=%d", mode, n), func(b *testing.B) {
 				a, p := certstest.New(b, "cluster-a"), certstest.New(b, "cluster-b")
@@ -117,7 +118,7 @@ func BenchmarkChain(b *testing.B) {
 //
 //	go test -run XXX -bench BenchmarkChainLatency ./proxy/
 func BenchmarkChainLatency(b *testing.B) {
-	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
+	for _, mode := range []hop.Mode{hop.ModeAuthenticated, hop.ModeTLS} {
 		b.Run(mode.String(), func(b *testing.B) {
 			a, p := certstest.New(b, "cluster-a"), certstest.New(b, "cluster-b")
 			echo := listenOn(b, "127.0.0.1")

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // KubeVirt's CA ConfigMaps, as virt-operator v1.9.0 names them
@@ -216,7 +218,7 @@ func (c *CASync) offerAll(ctx context.Context) {
 			log := c.Log.WithValues("peer", p.Name, "certificates", len(certs))
 			if err := c.Dialer.OfferCAs(ctx, p, bundle); err != nil {
 				reason := "unreachable"
-				var ref *RefusedError
+				var ref *hop.RefusedError
 				if errors.As(err, &ref) {
 					reason = ref.Reason.String()
 				}
@@ -234,7 +236,7 @@ func (c *CASync) offerAll(ctx context.Context) {
 // OfferCAs hands bundle (PEM) to peer over the hop, always inside TLS, and
 // returns once the peer answered that it stored it (or why not).
 func (d *Dialer) OfferCAs(ctx context.Context, peer *Peer, bundle []byte) error {
-	req, err := CAOffer{Bundle: bundle}.MarshalBinary()
+	req, err := hop.CAOffer{Bundle: bundle}.MarshalBinary()
 	if err != nil {
 		return err
 	}
@@ -251,7 +253,7 @@ func (d *Dialer) offer(ctx context.Context, peer *Peer, req []byte, what string)
 		if err == nil {
 			return nil
 		}
-		var ref *RefusedError
+		var ref *hop.RefusedError
 		if errors.As(err, &ref) {
 			return err
 		}
@@ -274,40 +276,40 @@ func (d *Dialer) offerOne(ctx context.Context, peer *Peer, addr string, req []by
 	if _, err := tc.Write(req); err != nil {
 		return fmt.Errorf("sending the CA offer: %w", err)
 	}
-	return readVerdict(tc)
+	return hop.ReadVerdict(tc)
 }
 
 // receiveCAs answers a configured peer's CA offer on the hop: check the
 // bundle, store it in that peer's slot, and say how it went.
-func (s *TargetServer) receiveCAs(ctx context.Context, log logr.Logger, peer *Peer, conn net.Conn, o *CAOffer) {
+func (s *TargetServer) receiveCAs(ctx context.Context, log logr.Logger, peer *Peer, conn net.Conn, o *hop.CAOffer) {
 	log = log.WithValues("request", "ca-offer")
-	deny := func(r RefusalCode, err error) {
+	deny := func(r hop.RefusalCode, err error) {
 		s.refuse(log, peer.Name, r, err)
 		_, _ = conn.Write([]byte{byte(r)})
 	}
 	if s.CAs == nil {
-		deny(RefusedCAExchangeOff, nil)
+		deny(hop.RefusedCAExchangeOff, nil)
 		return
 	}
 	if _, caOffers := s.limiters(); !caOffers.allow(peer.Name, time.Now()) {
-		caFailed(peer.Name, caReceived, RefusedCAOfferRate.String())
-		deny(RefusedCAOfferRate, nil)
+		caFailed(peer.Name, caReceived, hop.RefusedCAOfferRate.String())
+		deny(hop.RefusedCAOfferRate, nil)
 		return
 	}
 	certs, err := ParseCABundle(o.Bundle, time.Now())
 	if err != nil {
-		caFailed(peer.Name, caReceived, RefusedBadCABundle.String())
-		deny(RefusedBadCABundle, err)
+		caFailed(peer.Name, caReceived, hop.RefusedBadCABundle.String())
+		deny(hop.RefusedBadCABundle, err)
 		return
 	}
 	// The verdict must reach the peer before its handshake timeout.
 	ctx, cancel := context.WithTimeout(ctx, orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout))
 	defer cancel()
 	if err := s.CAs.ReceiveCAs(ctx, peer.Name, certs); err != nil {
-		deny(RefusedCAStore, err)
+		deny(hop.RefusedCAStore, err)
 		return
 	}
-	_, _ = conn.Write([]byte{byte(accepted)})
+	_, _ = conn.Write([]byte{byte(hop.Accepted)})
 }
 
 // errExternalCAMissing: kvnet does not create kubevirt-external-ca.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // staticResolver answers for the migrations it holds.
@@ -28,23 +29,19 @@ type staticResolver struct {
 	eps map[string]Endpoint
 }
 
-func (r *staticResolver) Resolve(_ context.Context, _ string, rt Route) (Endpoint, bool, error) {
+func (r *staticResolver) Resolve(_ context.Context, _ string, rt hop.Route) (Endpoint, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ep, ok := r.eps[rt.MigrationID]
 	return ep, ok, nil
 }
 
-func (r *staticResolver) Receiver(_ context.Context, _ string, rt Route) (types.NamespacedName, types.UID, bool, error) {
+func (r *staticResolver) Receiver(_ context.Context, _ string, rt hop.Route) (types.NamespacedName, types.UID, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ep, ok := r.eps[rt.MigrationID]
 	return ep.Migration, ep.UID, ok, nil
 }
-
-// testRoute is the route of migration id of a VM that keeps its namespace
-// and name, for the tests whose resolver knows migrations by ID alone.
-func testRoute(id string) Route { return SameVM(id, "tenant", "vm1") }
 
 // loopback returns 127.0.0.<n> when the kernel lets us bind it (Linux
 // routes all of 127/8 to lo), else 127.0.0.1, so that each role of a test
@@ -77,12 +74,12 @@ type chain struct {
 	sourceAddr string // where the "source virt-handler" dials
 	target     *TargetServer
 	hopAddr    string
-	refusals   chan RefusalCode
+	refusals   chan hop.RefusalCode
 	stop       func()
 }
 
 type chainOpts struct {
-	mode        Mode
+	mode        hop.Mode
 	targetPorts []string // announced ports; the first is what the relay asks for
 	targetHost  string
 	limiter     *Limiter
@@ -97,21 +94,21 @@ func startChain(t testing.TB, src, dst *certstest.PKI, o chainOpts) *chain {
 	for i, p := range o.targetPorts {
 		ports[p] = []int{0, 49152, 49153}[i%3]
 	}
-	ch := &chain{refusals: make(chan RefusalCode, 64)}
+	ch := &chain{refusals: make(chan hop.RefusalCode, 64)}
 	ch.target = &TargetServer{
 		Cert:     dst.Cert,
 		Peers:    []*Peer{{Name: "cluster-a", CAs: src.Pool}},
 		Resolver: &staticResolver{eps: map[string]Endpoint{"mig-1": {Address: o.targetHost, Ports: ports}}},
 		Limiter:  o.limiter, IdleTimeout: o.idle,
-		OnRefused: func(_ string, r RefusalCode) { ch.refusals <- r },
+		OnRefused: func(_ string, r hop.RefusalCode) { ch.refusals <- r },
 		// The chain measures the data path: its benchmarks open far more
 		// streams a second from one source than a peer would.
 		HandshakeRate: 1e9, HandshakeBurst: 1 << 20,
 	}
-	hop := listenOn(t, loopback(t, 3))
-	ch.hopAddr = hop.Addr().String()
+	hopLn := listenOn(t, loopback(t, 3))
+	ch.hopAddr = hopLn.Addr().String()
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = ch.target.Serve(ctx, hop) }()
+	go func() { defer wg.Done(); _ = ch.target.Serve(ctx, hopLn) }()
 
 	peer := &Peer{Name: "cluster-b", Addresses: []string{ch.hopAddr}, CAs: dst.Pool}
 	d := &Dialer{Cert: src.Cert, Mode: o.mode}
@@ -121,7 +118,7 @@ func startChain(t testing.TB, src, dst *certstest.PKI, o chainOpts) *chain {
 		Upstream: func(ctx context.Context) (net.Conn, error) {
 			return d.Dial(ctx, peer, testRoute("mig-1"), uint16(port))
 		},
-		OnRefused: func(r RefusalCode) { ch.refusals <- r },
+		OnRefused: func(r hop.RefusalCode) { ch.refusals <- r },
 	}
 	ln := listenOn(t, loopback(t, 2))
 	ch.sourceAddr = ln.Addr().String()
@@ -227,7 +224,7 @@ func bigSize(t testing.TB) int64 {
 // each hop mode, and compares SHA-256 digests at both ends.
 func TestChainByteExact(t *testing.T) {
 	size := bigSize(t)
-	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
+	for _, mode := range []hop.Mode{hop.ModeAuthenticated, hop.ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
 			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			tln := listenOn(t, "127.0.0.1")
@@ -260,7 +257,7 @@ func TestChainByteExact(t *testing.T) {
 // TestChainHalfClose: the client ends its direction first and still gets
 // everything the target sends after seeing that EOF, in both modes.
 func TestChainHalfClose(t *testing.T) {
-	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
+	for _, mode := range []hop.Mode{hop.ModeAuthenticated, hop.ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
 			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			tln := listenOn(t, "127.0.0.1")
@@ -307,7 +304,7 @@ func TestChainHalfClose(t *testing.T) {
 // its connection end, and once the proxies stop no goroutine is left.
 func TestChainPeerResetNoLeak(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
+	for _, mode := range []hop.Mode{hop.ModeAuthenticated, hop.ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
 			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			tln := listenOn(t, "127.0.0.1")
@@ -349,7 +346,7 @@ func TestChainPeerResetNoLeak(t *testing.T) {
 // fast writer is held back by TCP flow control instead of the proxies
 // buffering without bound.
 func TestChainSlowReader(t *testing.T) {
-	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
+	for _, mode := range []hop.Mode{hop.ModeAuthenticated, hop.ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
 			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			tln := listenOn(t, "127.0.0.1")
@@ -400,14 +397,14 @@ func TestChainSlowReader(t *testing.T) {
 // target proxy refuses with target-unreachable, the source proxy closes
 // the client connection, and both count it.
 func TestChainTargetRefused(t *testing.T) {
-	for _, mode := range []Mode{ModeAuthenticated, ModeTLS} {
+	for _, mode := range []hop.Mode{hop.ModeAuthenticated, hop.ModeTLS} {
 		t.Run(mode.String(), func(t *testing.T) {
 			a, b := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
 			dead := listenOn(t, "127.0.0.1")
 			port := portOf(dead.Addr())
 			_ = dead.Close()
 			ch := startChain(t, a, b, chainOpts{mode: mode, targetHost: "127.0.0.1", targetPorts: []string{port}})
-			before := testutil.ToFloat64(refused.WithLabelValues("target", RefusedTargetUnreachable.String()))
+			before := testutil.ToFloat64(refused.WithLabelValues("target", hop.RefusedTargetUnreachable.String()))
 			c, err := net.Dial("tcp", ch.sourceAddr)
 			if err != nil {
 				t.Fatal(err)
@@ -419,13 +416,13 @@ func TestChainTargetRefused(t *testing.T) {
 			}
 			select {
 			case r := <-ch.refusals:
-				if r != RefusedTargetUnreachable {
-					t.Fatalf("refusal %s, want %s", r, RefusedTargetUnreachable)
+				if r != hop.RefusedTargetUnreachable {
+					t.Fatalf("refusal %s, want %s", r, hop.RefusedTargetUnreachable)
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("no refusal recorded")
 			}
-			if after := testutil.ToFloat64(refused.WithLabelValues("target", RefusedTargetUnreachable.String())); after != before+1 {
+			if after := testutil.ToFloat64(refused.WithLabelValues("target", hop.RefusedTargetUnreachable.String())); after != before+1 {
 				t.Errorf("kvnet_proxy_refused_total{side=target,reason=target-unreachable} went %v -> %v, want +1", before, after)
 			}
 		})

@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // Controller keeps one set of relays per source VMI of an in-flight
@@ -164,7 +166,7 @@ func (c *Controller) relays(ctx context.Context, log logr.Logger, vmi *kubevirtv
 	if err := CheckMigrationPorts(remote.Ports); err != nil {
 		// Not what KubeVirt's virt-handler writes: open no listener for it.
 		// A status change enqueues the VMI again.
-		refused.WithLabelValues("source", RefusedBadPorts.String()).Inc()
+		refused.WithLabelValues("source", hop.RefusedBadPorts.String()).Inc()
 		log.Error(err, "holding the migration back: its target endpoint is not one KubeVirt announces", "migrationID", remote.MigrationID)
 		c.closeSession(log, req.NamespacedName, "target ports not KubeVirt's")
 		return reconcile.Result{}, c.publish(ctx, vmi, "")
@@ -237,7 +239,7 @@ func (c *Controller) ensureSession(log logr.Logger, key types.NamespacedName, re
 				s.close()
 				return nil, fmt.Errorf("targetState.directMigrationNodePorts key %q is not a port", remotePort)
 			}
-			route, d := Route{MigrationID: remote.MigrationID, Source: VMRef(key), Target: remote.Receiver}, c.Dialer
+			route, d := hop.Route{MigrationID: remote.MigrationID, Source: hop.VMRef(key), Target: remote.Receiver}, c.Dialer
 			r.Upstream = func(ctx context.Context) (net.Conn, error) { return d.Dial(ctx, peer, route, uint16(port)) }
 		}
 		s.done.Add(1)

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 var identitiesOffered = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -22,7 +24,7 @@ var identitiesOffered = prometheus.NewCounterVec(prometheus.CounterOpts{
 // and the interface's MAC. None means nothing to carry. kvnet proxy reads
 // it from the VM's IPAMClaims (persistentips.SourceNetworks).
 type IdentitySource interface {
-	IdentityOf(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]NetworkIdentity, error)
+	IdentityOf(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]hop.NetworkIdentity, error)
 }
 
 // Offers that did not get a final answer are tried again with an
@@ -57,10 +59,10 @@ const (
 // target's store or rate limits. The others (the identity does not fit
 // the receiving VM, the target pod already exists, the exchange is off)
 // stay as they are until someone changes the VMs, and are final.
-func retryableOffer(r RefusalCode) bool {
+func retryableOffer(r hop.RefusalCode) bool {
 	switch r {
-	case RefusedUnknownMigration, RefusedLookup, RefusedIdentityStore, RefusedIdentityHeld, RefusedAmbiguousMigration,
-		RefusedOtherPeer, RefusedWrongVM, RefusedHandshakeRate, RefusedTooManyHandshakes:
+	case hop.RefusedUnknownMigration, hop.RefusedLookup, hop.RefusedIdentityStore, hop.RefusedIdentityHeld, hop.RefusedAmbiguousMigration,
+		hop.RefusedOtherPeer, hop.RefusedWrongVM, hop.RefusedHandshakeRate, hop.RefusedTooManyHandshakes:
 		return true
 	}
 	return false
@@ -139,8 +141,8 @@ func (c *Controller) offerIdentity(ctx context.Context, vmi *kubevirtv1.VirtualM
 		c.setOffers(key, offerState{uid: vmim.UID, done: true})
 		return reconcile.Result{}
 	}
-	err = c.Dialer.OfferIdentity(ctx, peer, Identity{Route: route, Networks: nets})
-	var re *RefusedError
+	err = c.Dialer.OfferIdentity(ctx, peer, hop.Identity{Route: route, Networks: nets})
+	var re *hop.RefusedError
 	switch {
 	case err == nil:
 		identitiesOffered.WithLabelValues("accepted").Inc()

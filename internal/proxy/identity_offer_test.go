@@ -17,6 +17,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 func TestBackoff(t *testing.T) {
@@ -30,8 +31,8 @@ func TestBackoff(t *testing.T) {
 // fixedIdentities is an IdentitySource whose every VMI has one network.
 type fixedIdentities struct{}
 
-func (fixedIdentities) IdentityOf(context.Context, *kubevirtv1.VirtualMachineInstance) ([]NetworkIdentity, error) {
-	return []NetworkIdentity{{Name: "blue", NetworkName: "tenant-blue", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9},
+func (fixedIdentities) IdentityOf(context.Context, *kubevirtv1.VirtualMachineInstance) ([]hop.NetworkIdentity, error) {
+	return []hop.NetworkIdentity{{Name: "blue", NetworkName: "tenant-blue", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9},
 		IPs: []netip.Prefix{netip.MustParsePrefix("10.1.0.9/24")}}}, nil
 }
 
@@ -43,7 +44,7 @@ type countingIdentities struct {
 	refuse map[string]*IdentityRefusal
 }
 
-func (c *countingIdentities) ReceiveIdentity(_ context.Context, _ string, vmim types.NamespacedName, _ Identity) error {
+func (c *countingIdentities) ReceiveIdentity(_ context.Context, _ string, vmim types.NamespacedName, _ hop.Identity) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls[vmim.Namespace]++
@@ -63,11 +64,11 @@ func (c *countingIdentities) count(ns string) int {
 // route's target namespace and VM.
 type routeResolver struct{}
 
-func (routeResolver) Resolve(context.Context, string, Route) (Endpoint, bool, error) {
+func (routeResolver) Resolve(context.Context, string, hop.Route) (Endpoint, bool, error) {
 	return Endpoint{}, false, nil
 }
 
-func (routeResolver) Receiver(_ context.Context, _ string, rt Route) (types.NamespacedName, types.UID, bool, error) {
+func (routeResolver) Receiver(_ context.Context, _ string, rt hop.Route) (types.NamespacedName, types.UID, bool, error) {
 	return types.NamespacedName{Namespace: rt.Target.Namespace, Name: rt.Target.Name + "-in"}, types.UID("uid-" + rt.MigrationID), true, nil
 }
 
@@ -78,12 +79,12 @@ func (routeResolver) Receiver(_ context.Context, _ string, rt Route) (types.Name
 func TestOfferRetriesOnlyWhatMayChange(t *testing.T) {
 	self, a := certstest.New(t, "cluster-b"), certstest.New(t, "cluster-a")
 	store := &countingIdentities{calls: map[string]int{}, refuse: map[string]*IdentityRefusal{
-		"held":  {Reason: RefusedIdentityHeld, Err: errors.New("10.1.0.9 is held")},
-		"unfit": {Reason: RefusedIdentityMismatch, Err: errors.New("no NAD")},
+		"held":  {Reason: hop.RefusedIdentityHeld, Err: errors.New("10.1.0.9 is held")},
+		"unfit": {Reason: hop.RefusedIdentityMismatch, Err: errors.New("no NAD")},
 	}}
 	addr, _ := hopServer(t, &TargetServer{Cert: self.Cert, Peers: []*Peer{{Name: "cluster-a", CAs: a.Pool}}, Resolver: routeResolver{}, Identities: store})
 	c := &Controller{Identities: fixedIdentities{}, Peers: []*Peer{{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}},
-		Dialer: &Dialer{Cert: a.Cert, Mode: ModeTLS}, Log: logr.Discard()}
+		Dialer: &Dialer{Cert: a.Cert, Mode: hop.ModeTLS}, Log: logr.Discard()}
 	ctx := context.Background()
 	vm := func(ns string) (*kubevirtv1.VirtualMachineInstance, *kubevirtv1.VirtualMachineInstanceMigration) {
 		return &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1"}},
@@ -94,7 +95,7 @@ func TestOfferRetriesOnlyWhatMayChange(t *testing.T) {
 	outcome := func(o string) float64 { return testutil.ToFloat64(identitiesOffered.WithLabelValues(o)) }
 
 	held, heldOut := vm("held")
-	before := outcome(RefusedIdentityHeld.String())
+	before := outcome(hop.RefusedIdentityHeld.String())
 	for i, want := range []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second} {
 		res := c.offerIdentity(ctx, held, heldOut)
 		if res.RequeueAfter != want || store.count("held") != i+1 {
@@ -110,7 +111,7 @@ func TestOfferRetriesOnlyWhatMayChange(t *testing.T) {
 		c.identities[types.NamespacedName{Namespace: "held", Name: "vm1"}] = st
 		c.mu.Unlock()
 	}
-	if d := outcome(RefusedIdentityHeld.String()) - before; d != 3 {
+	if d := outcome(hop.RefusedIdentityHeld.String()) - before; d != 3 {
 		t.Errorf("kvnet_proxy_identities_offered_total{outcome=identity-held} rose by %v, want 3", d)
 	}
 	// A new sending VMIM for the VMI starts afresh.
@@ -121,14 +122,14 @@ func TestOfferRetriesOnlyWhatMayChange(t *testing.T) {
 	}
 
 	unfit, unfitOut := vm("unfit")
-	before = outcome(RefusedIdentityMismatch.String())
+	before = outcome(hop.RefusedIdentityMismatch.String())
 	for range 3 {
 		if res := c.offerIdentity(ctx, unfit, unfitOut); res.RequeueAfter != 0 {
 			t.Fatalf("a final refusal: requeue after %v", res.RequeueAfter)
 		}
 	}
-	if store.count("unfit") != 1 || outcome(RefusedIdentityMismatch.String())-before != 1 {
-		t.Errorf("a final refusal reached the target %d times and was counted %v times, want once", store.count("unfit"), outcome(RefusedIdentityMismatch.String())-before)
+	if store.count("unfit") != 1 || outcome(hop.RefusedIdentityMismatch.String())-before != 1 {
+		t.Errorf("a final refusal reached the target %d times and was counted %v times, want once", store.count("unfit"), outcome(hop.RefusedIdentityMismatch.String())-before)
 	}
 
 	ok, okOut := vm("fits")
@@ -153,7 +154,7 @@ type streamResolver struct {
 	ep Endpoint
 }
 
-func (r streamResolver) Resolve(_ context.Context, _ string, rt Route) (Endpoint, bool, error) {
+func (r streamResolver) Resolve(_ context.Context, _ string, rt hop.Route) (Endpoint, bool, error) {
 	if rt.MigrationID != "mig-victim" {
 		return Endpoint{}, false, nil
 	}
@@ -170,7 +171,7 @@ func (r streamResolver) Resolve(_ context.Context, _ string, rt Route) (Endpoint
 func TestOffersAreCappedPerNamespace(t *testing.T) {
 	self, a := certstest.New(t, "cluster-b"), certstest.New(t, "cluster-a")
 	store := &countingIdentities{calls: map[string]int{}, refuse: map[string]*IdentityRefusal{
-		"tenant": {Reason: RefusedIdentityHeld, Err: errors.New("held")},
+		"tenant": {Reason: hop.RefusedIdentityHeld, Err: errors.New("held")},
 	}}
 	echo := echoServer(t)
 	port := echo.Addr().(*net.TCPAddr).Port
@@ -179,7 +180,7 @@ func TestOffersAreCappedPerNamespace(t *testing.T) {
 			Migration: types.NamespacedName{Namespace: "victim", Name: "vm1-in"}, UID: "victim-in"}},
 		Identities: store})
 	peer := &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}
-	c := &Controller{Identities: fixedIdentities{}, Peers: []*Peer{peer}, Dialer: &Dialer{Cert: a.Cert, Mode: ModeTLS}, Log: logr.Discard()}
+	c := &Controller{Identities: fixedIdentities{}, Peers: []*Peer{peer}, Dialer: &Dialer{Cert: a.Cert, Mode: hop.ModeTLS}, Log: logr.Discard()}
 	ctx := context.Background()
 	for round := range 5 {
 		for i := range 20 {
@@ -207,7 +208,7 @@ func TestOffersAreCappedPerNamespace(t *testing.T) {
 	if res := c.offerIdentity(ctx, victim, victimOut); res.RequeueAfter != 0 || store.count("victim") != 1 {
 		t.Errorf("another namespace's offer: requeue after %v with %d offers, want taken at once", res.RequeueAfter, store.count("victim"))
 	}
-	conn, err := c.Dialer.Dial(ctx, peer, SameVM("mig-victim", "victim", "vm1"), uint16(port))
+	conn, err := c.Dialer.Dial(ctx, peer, hop.SameVM("mig-victim", "victim", "vm1"), uint16(port))
 	if err != nil {
 		t.Fatalf("the victim's stream beside the tenant's offers: %v", err)
 	}
@@ -218,7 +219,7 @@ func TestOffersAreCappedPerNamespace(t *testing.T) {
 	for {
 		select {
 		case r := <-refusals:
-			if r == RefusedHandshakeRate {
+			if r == hop.RefusedHandshakeRate {
 				t.Fatal("the target refused a handshake for its rate")
 			}
 			continue

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // DefaultMaxMigrations is the default cap of migrations one proxy relays at
@@ -146,9 +148,9 @@ func (l *Limiter) Release(id string) {
 }
 
 // overCapRefusal is the refusal a failed Acquire reports.
-func overCapRefusal(err error) RefusalCode {
+func overCapRefusal(err error) hop.RefusalCode {
 	if errors.Is(err, errNamespaceOverCap) {
-		return RefusedNamespaceShare
+		return hop.RefusedNamespaceShare
 	}
-	return RefusedOverCap
+	return hop.RefusedOverCap
 }

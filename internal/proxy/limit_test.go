@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // One tenant starting many migrations at once takes its share of the cap
@@ -25,7 +26,7 @@ func TestLimiterGivesEachNamespaceAShare(t *testing.T) {
 		}
 	}
 	err := l.Acquire(ctx, "greedy", "g3")
-	if !errors.Is(err, errNamespaceOverCap) || overCapRefusal(err) != RefusedNamespaceShare {
+	if !errors.Is(err, errNamespaceOverCap) || overCapRefusal(err) != hop.RefusedNamespaceShare {
 		t.Fatalf("greedy's third migration of a cap of 4: got %v, want its share (2) refused", err)
 	}
 	if err := l.Acquire(ctx, "greedy", "g1"); err != nil {
@@ -36,7 +37,7 @@ func TestLimiterGivesEachNamespaceAShare(t *testing.T) {
 			t.Fatalf("another namespace beside the greedy one: %s: %v", id, err)
 		}
 	}
-	if err := l.Acquire(ctx, "third", "t1"); !errors.Is(err, errOverCap) || overCapRefusal(err) != RefusedOverCap {
+	if err := l.Acquire(ctx, "third", "t1"); !errors.Is(err, errOverCap) || overCapRefusal(err) != hop.RefusedOverCap {
 		t.Fatalf("a fifth migration of a cap of 4: got %v, want over-cap", err)
 	}
 	if l.Waiting() != 0 {
@@ -68,7 +69,7 @@ func TestQueuedStreamOutlivesTheHandshakeTimeout(t *testing.T) {
 	if err := lim.Acquire(context.Background(), "ns", "mig-1"); err != nil {
 		t.Fatal(err)
 	}
-	d := &Dialer{Cert: a.Cert, Mode: ModeTLS, Timeout: handshake, VerdictWait: VerdictWait(lim.Wait, 0)}
+	d := &Dialer{Cert: a.Cert, Mode: hop.ModeTLS, Timeout: handshake, VerdictWait: VerdictWait(lim.Wait, 0)}
 	peer := &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: b.Pool}
 	p, _ := net.LookupPort("tcp", port)
 	got := make(chan net.Conn, 1)
@@ -143,14 +144,14 @@ func echoBack(c net.Conn, msg []byte) error {
 // carry their bytes.
 func TestRelayConnectionsAreCapped(t *testing.T) {
 	echo := echoServer(t)
-	refusals := make(chan RefusalCode, 8)
-	r := &Relay{Target: echo.Addr().String(), MaxConns: 2, OnRefused: func(x RefusalCode) { refusals <- x }}
+	refusals := make(chan hop.RefusalCode, 8)
+	r := &Relay{Target: echo.Addr().String(), MaxConns: 2, OnRefused: func(x hop.RefusalCode) { refusals <- x }}
 	ln := listenOn(t, "127.0.0.1")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = r.Serve(ctx, ln); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	before := testutil.ToFloat64(refused.WithLabelValues("source", RefusedTooManyConnections.String()))
+	before := testutil.ToFloat64(refused.WithLabelValues("source", hop.RefusedTooManyConnections.String()))
 	var held []net.Conn
 	for i := range 2 {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -172,10 +173,10 @@ func TestRelayConnectionsAreCapped(t *testing.T) {
 	if n, err := extra.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("the client over the cap: want it closed (EOF), got n=%d err=%v", n, err)
 	}
-	if got := <-refusals; got != RefusedTooManyConnections {
-		t.Fatalf("refusal %s, want %s", got, RefusedTooManyConnections)
+	if got := <-refusals; got != hop.RefusedTooManyConnections {
+		t.Fatalf("refusal %s, want %s", got, hop.RefusedTooManyConnections)
 	}
-	if after := testutil.ToFloat64(refused.WithLabelValues("source", RefusedTooManyConnections.String())); after != before+1 {
+	if after := testutil.ToFloat64(refused.WithLabelValues("source", hop.RefusedTooManyConnections.String())); after != before+1 {
 		t.Errorf("kvnet_proxy_refused_total{side=source,reason=too-many-connections} went %v -> %v, want +1", before, after)
 	}
 	for i, c := range held {

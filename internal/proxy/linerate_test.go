@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // path is one way across between the two virt-handler stand-ins: kvnet's
@@ -31,7 +32,7 @@ type path struct {
 	start func(t testing.TB, tp *topology, sinkAddr string, streams int) (ends []*child, addrs []string)
 }
 
-func kvnetPath(mode Mode, certDir string) path {
+func kvnetPath(mode hop.Mode, certDir string) path {
 	return path{name: "kvnet " + mode.String(), start: func(t testing.TB, tp *topology, sinkAddr string, streams int) ([]*child, []string) {
 		host, port, _ := net.SplitHostPort(sinkAddr)
 		tgt := startRole(t, "kvnet-target", tp.ns[bProxy], roleSpec{Role: "kvnet-target", Listen: tp.addr[bProxy],
@@ -225,7 +226,7 @@ var directPath = path{name: "direct", start: func(_ testing.TB, _ *topology, sin
 func BenchmarkLineRate(b *testing.B) {
 	dir := b.TempDir()
 	writeProxyCerts(b, dir)
-	paths := []path{goRelayPath, kvnetPath(ModeAuthenticated, dir), kvnetPath(ModeTLS, dir)}
+	paths := []path{goRelayPath, kvnetPath(hop.ModeAuthenticated, dir), kvnetPath(hop.ModeTLS, dir)}
 	if bin, err := exec.LookPath("haproxy"); err == nil {
 		paths = append(paths, haproxyPath(bin, dir))
 	} else {
@@ -314,7 +315,7 @@ func TestVethTopologyCarriesMigrationThroughProxies(t *testing.T) {
 	dir := t.TempDir()
 	writeProxyCerts(t, dir)
 	sink := startRole(t, "sink", tp.ns[bHandler], roleSpec{Role: "sink", Listen: tp.addr[bHandler], Hash: true})
-	for _, mode := range []Mode{ModeTLS, ModeAuthenticated} {
+	for _, mode := range []hop.Mode{hop.ModeTLS, hop.ModeAuthenticated} {
 		t.Run(mode.String(), func(t *testing.T) {
 			ends, addrs := kvnetPath(mode, dir).start(t, tp, sink.ready.Addrs[0], 3)
 			defer func() {

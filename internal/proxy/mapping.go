@@ -10,6 +10,8 @@ import (
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // AnnotationMapping is the VMI annotation where the proxy publishes its
@@ -55,7 +57,7 @@ type Remote struct {
 	MigrationID string
 	// Receiver is the VM in the peer cluster that is to receive the
 	// migration (RouteOf).
-	Receiver VMRef
+	Receiver hop.VMRef
 	Target   string
 	// Ports is targetState.directMigrationNodePorts: remote port -> libvirt
 	// port (0, 49152, 49153).

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvnet/kvnet/internal/metrics"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 var (
@@ -75,7 +76,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	bytesRelayed.WithLabelValues("from-target")
 	// Every refusal reason exists from the start too: the first over-cap
 	// or untrusted-peer refusal must move increase() for the alerts.
-	for r := range refusalNames {
+	for _, r := range hop.RefusalCodes() {
 		for _, side := range []string{"source", "target"} {
 			refused.WithLabelValues(side, r.String())
 		}

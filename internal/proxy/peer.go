@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // DefaultHandshakeTimeout bounds the TCP connect, TLS handshake, preamble
@@ -105,7 +107,7 @@ type Dialer struct {
 	Cert    tls.Certificate
 	GetCert func() (*tls.Certificate, error)
 	// Mode is the hop mode this proxy asks for.
-	Mode Mode
+	Mode hop.Mode
 	// Timeout bounds connect, handshake, preamble and verdict; zero means
 	// DefaultHandshakeTimeout.
 	Timeout time.Duration
@@ -132,9 +134,9 @@ func VerdictWait(queueWait, dialTimeout time.Duration) time.Duration {
 // of (route, port). It returns the connection the stream continues
 // on: the *tls.Conn in tls mode, the plain *net.TCPConn in authenticated
 // mode (so the relay splices).
-func (d *Dialer) Dial(ctx context.Context, peer *Peer, route Route, port uint16) (net.Conn, error) {
+func (d *Dialer) Dial(ctx context.Context, peer *Peer, route hop.Route, port uint16) (net.Conn, error) {
 	timeout := d.timeout()
-	pre, err := Preamble{Mode: d.Mode, Route: route, Port: port}.MarshalBinary()
+	pre, err := hop.Preamble{Mode: d.Mode, Route: route, Port: port}.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +146,7 @@ func (d *Dialer) Dial(ctx context.Context, peer *Peer, route Route, port uint16)
 		if err == nil {
 			return c, nil
 		}
-		var ref *RefusedError
+		var ref *hop.RefusedError
 		if errors.As(err, &ref) {
 			return nil, err // the peer answered: another address will not think otherwise
 		}
@@ -201,7 +203,7 @@ func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byt
 		return nil, fmt.Errorf("sending the preamble: %w", err)
 	}
 	var conn net.Conn = tc
-	if d.Mode == ModeAuthenticated {
+	if d.Mode == hop.ModeAuthenticated {
 		// The verdict and the stream are plain bytes on raw: TLS must
 		// not have read any of them (the peer sends none before it has
 		// our preamble, which follows the handshake).
@@ -212,7 +214,7 @@ func (d *Dialer) dialOne(ctx context.Context, peer *Peer, addr string, pre []byt
 		conn = raw
 	}
 	_ = raw.SetDeadline(time.Now().Add(orDefault(d.VerdictWait, VerdictWait(0, 0))))
-	if err := readVerdict(conn); err != nil {
+	if err := hop.ReadVerdict(conn); err != nil {
 		_ = raw.Close()
 		return nil, err
 	}

@@ -15,14 +15,15 @@ import (
 
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // hopServer runs a TargetServer on loopback and reports its refusals.
-func hopServer(t *testing.T, ts *TargetServer) (addr string, refusals chan RefusalCode) {
+func hopServer(t *testing.T, ts *TargetServer) (addr string, refusals chan hop.RefusalCode) {
 	t.Helper()
-	refusals = make(chan RefusalCode, 64)
+	refusals = make(chan hop.RefusalCode, 64)
 	ts.Log = logr.Discard()
-	ts.OnRefused = func(_ string, r RefusalCode) { refusals <- r }
+	ts.OnRefused = func(_ string, r hop.RefusalCode) { refusals <- r }
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func hopServer(t *testing.T, ts *TargetServer) (addr string, refusals chan Refus
 	return ln.Addr().String(), refusals
 }
 
-func nextRefusal(t *testing.T, ch chan RefusalCode) RefusalCode {
+func nextRefusal(t *testing.T, ch chan hop.RefusalCode) hop.RefusalCode {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -104,8 +105,8 @@ func TestPeerKnownByNameNotByCA(t *testing.T) {
 	if err == nil {
 		t.Fatal("the look-alike's connection was accepted")
 	}
-	if r := nextRefusal(t, refusals); r != RefusedUntrustedPeer {
-		t.Fatalf("refusal %s, want %s", r, RefusedUntrustedPeer)
+	if r := nextRefusal(t, refusals); r != hop.RefusedUntrustedPeer {
+		t.Fatalf("refusal %s, want %s", r, hop.RefusedUntrustedPeer)
 	}
 }
 
@@ -151,8 +152,8 @@ func TestPendingHandshakesAreCapped(t *testing.T) {
 		t.Fatalf("a peer's handshake beside %d stalled ones: %v", limit, err)
 	}
 	defer conn.Close()
-	if r := nextRefusal(t, refusals); r != RefusedTooManyHandshakes {
-		t.Fatalf("refusal %s, want %s", r, RefusedTooManyHandshakes)
+	if r := nextRefusal(t, refusals); r != hop.RefusedTooManyHandshakes {
+		t.Fatalf("refusal %s, want %s", r, hop.RefusedTooManyHandshakes)
 	}
 	_ = stalled[0].SetReadDeadline(time.Now().Add(30 * time.Second))
 	if _, err := stalled[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // The attack of issue 27, item 3, by rate: one source opening connections
@@ -27,7 +28,7 @@ func TestHandshakesAreRateLimitedPerSource(t *testing.T) {
 		HandshakeRate: 0.001, HandshakeBurst: burst, HandshakeTimeout: 3 * time.Second}
 	addr, refusals := hopServer(t, ts)
 	flooder := "127.0.0.7" // Linux routes all of 127/8 to lo
-	before := testutil.ToFloat64(refused.WithLabelValues("target", RefusedHandshakeRate.String()))
+	before := testutil.ToFloat64(refused.WithLabelValues("target", hop.RefusedHandshakeRate.String()))
 	dialFrom := func(host string) net.Conn {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(host)}}
 		c, err := d.Dial("tcp", addr)
@@ -46,18 +47,18 @@ func TestHandshakesAreRateLimitedPerSource(t *testing.T) {
 	if _, err := over.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("a connection over the source's burst: read %v, want EOF (closed)", err)
 	}
-	if r := nextRefusal(t, refusals); r != RefusedHandshakeRate {
-		t.Fatalf("refusal %s, want %s", r, RefusedHandshakeRate)
+	if r := nextRefusal(t, refusals); r != hop.RefusedHandshakeRate {
+		t.Fatalf("refusal %s, want %s", r, hop.RefusedHandshakeRate)
 	}
-	if after := testutil.ToFloat64(refused.WithLabelValues("target", RefusedHandshakeRate.String())); after != before+1 {
+	if after := testutil.ToFloat64(refused.WithLabelValues("target", hop.RefusedHandshakeRate.String())); after != before+1 {
 		t.Errorf("kvnet_proxy_refused_total{side=target,reason=handshake-rate} went %v -> %v, want +1", before, after)
 	}
 	// The peer proxy, on another source, is not held back by the flood:
 	// its handshake passes and its stream meets the migration check.
-	d := &Dialer{Cert: peerPKI.Cert, Mode: ModeTLS, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
+	d := &Dialer{Cert: peerPKI.Cert, Mode: hop.ModeTLS, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
 	_, err := d.Dial(context.Background(), &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}, testRoute("mig-x"), 49152)
-	var ref *RefusedError
-	if !errors.As(err, &ref) || ref.Reason != RefusedUnknownMigration {
+	var ref *hop.RefusedError
+	if !errors.As(err, &ref) || ref.Reason != hop.RefusedUnknownMigration {
 		t.Fatalf("the peer beside the flood: got %v, want its stream judged (unknown-migration)", err)
 	}
 }
@@ -86,7 +87,7 @@ func TestCAOffersAreRateLimitedPerPeer(t *testing.T) {
 	ts := &TargetServer{Cert: self.Cert, Peers: []*Peer{{Name: "cluster-a", CAs: peerPKI.Pool}}, Resolver: &staticResolver{},
 		CAs: store, CAOfferEvery: time.Hour, CAOfferBurst: burst}
 	addr, refusals := hopServer(t, ts)
-	d := &Dialer{Cert: peerPKI.Cert, Mode: ModeTLS}
+	d := &Dialer{Cert: peerPKI.Cert, Mode: hop.ModeTLS}
 	peer := &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}
 	bundle := EncodeCerts([]*x509.Certificate{newCA(t, "cluster-a-kubevirt")})
 	for i := range burst {
@@ -95,12 +96,12 @@ func TestCAOffersAreRateLimitedPerPeer(t *testing.T) {
 		}
 	}
 	err := d.OfferCAs(context.Background(), peer, bundle)
-	var ref *RefusedError
-	if !errors.As(err, &ref) || ref.Reason != RefusedCAOfferRate {
-		t.Fatalf("the offer over the burst: got %v, want refused %s", err, RefusedCAOfferRate)
+	var ref *hop.RefusedError
+	if !errors.As(err, &ref) || ref.Reason != hop.RefusedCAOfferRate {
+		t.Fatalf("the offer over the burst: got %v, want refused %s", err, hop.RefusedCAOfferRate)
 	}
-	if r := nextRefusal(t, refusals); r != RefusedCAOfferRate {
-		t.Fatalf("refusal %s, want %s", r, RefusedCAOfferRate)
+	if r := nextRefusal(t, refusals); r != hop.RefusedCAOfferRate {
+		t.Fatalf("refusal %s, want %s", r, hop.RefusedCAOfferRate)
 	}
 	store.mu.Lock()
 	defer store.mu.Unlock()

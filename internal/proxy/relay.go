@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // DefaultDialTimeout bounds a dial when none is configured: long enough for
@@ -60,7 +62,7 @@ type Relay struct {
 	// OnDialError, if set, is called when the upstream cannot be reached;
 	// OnRefused with each refused client. Tests observe failures with them.
 	OnDialError func(error)
-	OnRefused   func(RefusalCode)
+	OnRefused   func(hop.RefusalCode)
 
 	conns atomic.Int64
 }
@@ -83,10 +85,10 @@ func (r *Relay) allowed(c net.Conn) bool {
 	if len(r.AllowedSources) == 0 || allowedSource(r.AllowedSources, c.RemoteAddr()) {
 		return true
 	}
-	refused.WithLabelValues("source", RefusedSourceRange.String()).Inc()
+	refused.WithLabelValues("source", hop.RefusedSourceRange.String()).Inc()
 	r.Log.Info("refused a client outside the allowed migration ranges", "client", c.RemoteAddr().String())
 	if r.OnRefused != nil {
-		r.OnRefused(RefusedSourceRange)
+		r.OnRefused(hop.RefusedSourceRange)
 	}
 	return false
 }
@@ -205,7 +207,7 @@ func (r *Relay) handle(ctx context.Context, src net.Conn) {
 	}
 	defer r.conns.Add(-1)
 	if r.conns.Add(1) > limit {
-		r.refuse(log, RefusedTooManyConnections, nil)
+		r.refuse(log, hop.RefusedTooManyConnections, nil)
 		return
 	}
 	if r.Limiter != nil && r.MigrationID != "" {
@@ -228,7 +230,7 @@ func (r *Relay) handle(ctx context.Context, src net.Conn) {
 	runStream(ctx, log, "source", r.MigrationID, r.IdleTimeout, src, dst)
 }
 
-func (r *Relay) refuse(log logr.Logger, reason RefusalCode, err error) {
+func (r *Relay) refuse(log logr.Logger, reason hop.RefusalCode, err error) {
 	refused.WithLabelValues("source", reason.String()).Inc()
 	if err != nil {
 		log.Info("refused a stream", "migrationID", r.MigrationID, "namespace", r.Namespace, "reason", reason.String(), "error", err.Error())

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/internal/model/migrationid"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // ClusterResolver resolves receiving migrations from this cluster's
@@ -34,7 +35,7 @@ type ClusterResolver struct {
 // ResolveError is a migration the resolver found but must not dial; the
 // target refuses the stream with Reason.
 type ResolveError struct {
-	Reason RefusalCode
+	Reason hop.RefusalCode
 	Err    error
 }
 
@@ -50,7 +51,7 @@ func (e *ResolveError) Unwrap() error { return e.Err }
 // second live holder of an ID in a namespace (validators.MigrationIDs);
 // this refusal still stops two created at once, or while admission was
 // down. The announced ports must be KubeVirt's (CheckMigrationPorts).
-func (r *ClusterResolver) Resolve(ctx context.Context, peer string, rt Route) (Endpoint, bool, error) {
+func (r *ClusterResolver) Resolve(ctx context.Context, peer string, rt hop.Route) (Endpoint, bool, error) {
 	m, err := r.receiving(ctx, peer, rt)
 	if m == nil || err != nil {
 		return Endpoint{}, false, err
@@ -64,7 +65,7 @@ func (r *ClusterResolver) Resolve(ctx context.Context, peer string, rt Route) (E
 		return Endpoint{}, false, nil // the target has not announced its endpoint yet
 	}
 	if err := CheckMigrationPorts(ms.TargetState.DirectMigrationNodePorts); err != nil {
-		return Endpoint{}, false, &ResolveError{Reason: RefusedBadPorts, Err: err}
+		return Endpoint{}, false, &ResolveError{Reason: hop.RefusedBadPorts, Err: err}
 	}
 	addr, err := r.handlerAddress(ctx, ms.TargetState.Node, *ms.TargetState.NodeAddress)
 	if err != nil {
@@ -75,7 +76,7 @@ func (r *ClusterResolver) Resolve(ctx context.Context, peer string, rt Route) (E
 }
 
 // Receiver implements ReceiverFinder, with Resolve's rules.
-func (r *ClusterResolver) Receiver(ctx context.Context, peer string, rt Route) (types.NamespacedName, types.UID, bool, error) {
+func (r *ClusterResolver) Receiver(ctx context.Context, peer string, rt hop.Route) (types.NamespacedName, types.UID, bool, error) {
 	m, err := r.receiving(ctx, peer, rt)
 	if m == nil || err != nil {
 		return types.NamespacedName{}, "", false, err
@@ -87,7 +88,7 @@ func (r *ClusterResolver) Receiver(ctx context.Context, peer string, rt Route) (
 // target namespace, nil when there is none, ambiguous-migration when two
 // hold it there and wrong-namespace-or-vm when it does not take rt from
 // peer.
-func (r *ClusterResolver) receiving(ctx context.Context, peer string, rt Route) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
+func (r *ClusterResolver) receiving(ctx context.Context, peer string, rt hop.Route) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
 	var list kubevirtv1.VirtualMachineInstanceMigrationList
 	if err := r.Reader.List(ctx, &list, client.InNamespace(rt.Target.Namespace),
 		client.MatchingFields{migrationid.IndexField: migrationid.Key(migrationid.Receive, rt.MigrationID)}); err != nil {
@@ -99,12 +100,12 @@ func (r *ClusterResolver) receiving(ctx context.Context, peer string, rt Route) 
 	case 1:
 	default:
 		a, b := &list.Items[0], &list.Items[1]
-		return nil, &ResolveError{Reason: RefusedAmbiguousMigration,
+		return nil, &ResolveError{Reason: hop.RefusedAmbiguousMigration,
 			Err: fmt.Errorf("receiving VMIMs %s/%s and %s/%s both carry migration ID %q", a.Namespace, a.Name, b.Namespace, b.Name, rt.MigrationID)}
 	}
 	m := &list.Items[0]
 	if err := approves(m, peer, rt); err != nil {
-		return nil, &ResolveError{Reason: RefusedWrongVM, Err: err}
+		return nil, &ResolveError{Reason: hop.RefusedWrongVM, Err: err}
 	}
 	return m, nil
 }
@@ -114,7 +115,7 @@ func (r *ClusterResolver) receiving(ctx context.Context, peer string, rt Route) 
 // exactly it.
 func (r *ClusterResolver) handlerAddress(ctx context.Context, node, announced string) (netip.Addr, error) {
 	notHandler := func(format string, a ...any) (netip.Addr, error) {
-		return netip.Addr{}, &ResolveError{Reason: RefusedTargetNotHandler, Err: fmt.Errorf(format, a...)}
+		return netip.Addr{}, &ResolveError{Reason: hop.RefusedTargetNotHandler, Err: fmt.Errorf(format, a...)}
 	}
 	if r.Handlers == nil {
 		return notHandler("this proxy has no view of kvnet's virt-handler addresses")

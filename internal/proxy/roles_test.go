@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // The line-rate benchmark and the veth topology test run every party of a
@@ -69,7 +71,7 @@ type roleSpec struct {
 	// Mode, Migrations, CertDir and Peer configure the kvnet proxy roles:
 	// Migrations migrations mig-1..mig-N, each with its own source
 	// listener, through the peer's hop address Peer.
-	Mode       Mode
+	Mode       hop.Mode
 	Migrations int
 	CertDir    string
 	Peer       string

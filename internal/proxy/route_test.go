@@ -1,67 +1,14 @@
 package proxy
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
-
-// A stream and an identity name whose they are; the version that named a
-// migration ID alone is refused, so no peer falls back to it.
-func TestHopRequestsCarryTheRoute(t *testing.T) {
-	rt := Route{MigrationID: "mig-1", Source: VMRef{"team-a", "db"}, Target: VMRef{"team-a-prod", "db-1"}}
-	pre, err := Preamble{Mode: ModeTLS, Route: rt, Port: 49152}.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := blueIdentity("mig-1")
-	id.Route = rt
-	ident, err := id.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string][]byte{"stream": pre, "identity": ident} {
-		req, err := ReadRequest(bytes.NewReader(b))
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var got Route
-		switch {
-		case req.Stream != nil:
-			got = req.Stream.Route
-		case req.Identity != nil:
-			got = req.Identity.Route
-		}
-		if got != rt {
-			t.Errorf("%s: read route %+v, sent %+v", name, got, rt)
-		}
-		old := append([]byte{}, b...)
-		old[5] = 1 // version 1: the migration ID alone
-		if _, err := ReadRequest(bytes.NewReader(old)); err == nil || !strings.Contains(err.Error(), "bad magic") {
-			t.Errorf("%s of version 1: got %v, want bad magic", name, err)
-		}
-	}
-}
-
-func TestRouteValidate(t *testing.T) {
-	ok := SameVM("mig-1", "team-a", "db")
-	for want, rt := range map[string]Route{
-		"migration ID of 0 bytes":     {Source: ok.Source, Target: ok.Target},
-		"source.namespace \"\"":       {MigrationID: "m", Target: ok.Target},
-		"source.namespace \"Team-A\"": {MigrationID: "m", Source: VMRef{"Team-A", "db"}, Target: ok.Target},
-		"target.name \"db/x\"":        {MigrationID: "m", Source: ok.Source, Target: VMRef{"team-a", "db/x"}},
-	} {
-		if err := rt.Validate(); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%+v: got %v, want an error saying %q", rt, err, want)
-		}
-		if _, err := (Preamble{Mode: ModeTLS, Route: rt, Port: 1}).MarshalBinary(); err == nil {
-			t.Errorf("%+v: an invalid route encoded", rt)
-		}
-	}
-}
 
 // The sending VMIM names the receiving VM; nothing else can.
 func TestRouteOf(t *testing.T) {
@@ -75,10 +22,10 @@ func TestRouteOf(t *testing.T) {
 		}
 		return m
 	}
-	if rt, err := RouteOf(vmi, send("")); err != nil || rt != SameVM("mig-1", "team-a", "db") {
+	if rt, err := RouteOf(vmi, send("")); err != nil || rt != hop.SameVM("mig-1", "team-a", "db") {
 		t.Errorf("no annotation: got %+v, %v; want the same namespace and name", rt, err)
 	}
-	want := Route{MigrationID: "mig-1", Source: VMRef{"team-a", "db"}, Target: VMRef{"team-a-prod", "db-1"}}
+	want := hop.Route{MigrationID: "mig-1", Source: hop.VMRef{Namespace: "team-a", Name: "db"}, Target: hop.VMRef{Namespace: "team-a-prod", Name: "db-1"}}
 	if rt, err := RouteOf(vmi, send("team-a-prod/db-1")); err != nil || rt != want {
 		t.Errorf("annotated: got %+v, %v; want %+v", rt, err, want)
 	}
@@ -101,11 +48,11 @@ func TestApproves(t *testing.T) {
 		}
 		return m
 	}
-	same := SameVM("mig-1", "team-a", "db")
-	moved := Route{MigrationID: "mig-1", Source: VMRef{"team-a", "db"}, Target: VMRef{"team-a-prod", "db-1"}}
+	same := hop.SameVM("mig-1", "team-a", "db")
+	moved := hop.Route{MigrationID: "mig-1", Source: hop.VMRef{Namespace: "team-a", Name: "db"}, Target: hop.VMRef{Namespace: "team-a-prod", Name: "db-1"}}
 	for name, c := range map[string]struct {
 		m    *kubevirtv1.VirtualMachineInstanceMigration
-		rt   Route
+		rt   hop.Route
 		want string // "" accepted
 	}{
 		"same namespace and name":            {recv("team-a", "db", ""), same, ""},

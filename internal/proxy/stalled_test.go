@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // The attack of issue 27, item 3, as a neighbour on the cross-cluster
@@ -116,7 +118,7 @@ func migrateThroughChild(t *testing.T, name, certDir string, attack func(tgt *ch
 		Target: "127.0.0.1", TargetPort: port, Migrations: 1, CertDir: certDir,
 		HandshakeTimeout: 10 * time.Minute, Metrics: true})
 	src := startRole(t, name+"-source", "", roleSpec{Role: "kvnet-source", Listen: loopback(t, 2),
-		TargetPort: port, Migrations: 1, CertDir: certDir, Mode: ModeTLS, Peer: tgt.ready.Addrs[0]})
+		TargetPort: port, Migrations: 1, CertDir: certDir, Mode: hop.ModeTLS, Peer: tgt.ready.Addrs[0]})
 	defer func() { _ = src.cmd.Process.Kill() }()
 	if attack != nil {
 		attack(tgt)

@@ -15,6 +15,8 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // Endpoint is where a receiving migration's stream goes in this cluster:
@@ -34,7 +36,7 @@ type Endpoint struct {
 // ok is false when there is none; err only when the lookup itself failed
 // or the receiving VMIM does not take the route (a *ResolveError).
 type Resolver interface {
-	Resolve(ctx context.Context, peer string, route Route) (ep Endpoint, ok bool, err error)
+	Resolve(ctx context.Context, peer string, route hop.Route) (ep Endpoint, ok bool, err error)
 }
 
 // TargetServer is the target end of the hop: it accepts streams from peer
@@ -50,7 +52,7 @@ type TargetServer struct {
 	// certificate that chains to one of their CAs.
 	Peers []*Peer
 	// Modes are the hop modes accepted; empty means both.
-	Modes []Mode
+	Modes []hop.Mode
 	// Resolver looks up receiving migrations.
 	Resolver Resolver
 	// Limiter caps concurrent migrations (shared with the source side).
@@ -61,7 +63,7 @@ type TargetServer struct {
 	// Log receives stream events and refusals.
 	Log logr.Logger
 	// OnRefused, if set, is called with each refusal (tests observe them).
-	OnRefused func(peer string, r RefusalCode)
+	OnRefused func(peer string, r hop.RefusalCode)
 	// CAs stores the KubeVirt CA bundles peers offer; nil refuses them.
 	CAs CAReceiver
 	// Identities takes the network identities of migrations peers send
@@ -148,7 +150,7 @@ func (s *TargetServer) withinRate(c net.Conn) bool {
 	if bySource.allow(sourceOf(c.RemoteAddr()), time.Now()) {
 		return true
 	}
-	s.refuse(s.Log.WithValues("client", c.RemoteAddr().String()), "", RefusedHandshakeRate, nil)
+	s.refuse(s.Log.WithValues("client", c.RemoteAddr().String()), "", hop.RefusedHandshakeRate, nil)
 	return false
 }
 
@@ -159,17 +161,17 @@ func (s *TargetServer) tlsConfig() *tls.Config {
 	cfg.ClientAuth = tls.RequestClientCert
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
-			return &handshakeRefusal{RefusedNoCertificate}
+			return &handshakeRefusal{hop.RefusedNoCertificate}
 		}
 		if s.peerOf(cs.PeerCertificates) == nil {
-			return &handshakeRefusal{RefusedUntrustedPeer}
+			return &handshakeRefusal{hop.RefusedUntrustedPeer}
 		}
 		return nil
 	}
 	return cfg
 }
 
-type handshakeRefusal struct{ r RefusalCode }
+type handshakeRefusal struct{ r hop.RefusalCode }
 
 func (e *handshakeRefusal) Error() string { return "peer certificate refused: " + e.r.String() }
 
@@ -201,7 +203,7 @@ func namesPeer(leaf *x509.Certificate, name string) bool {
 	return false
 }
 
-func (s *TargetServer) refuse(log logr.Logger, peer string, r RefusalCode, err error) {
+func (s *TargetServer) refuse(log logr.Logger, peer string, r hop.RefusalCode, err error) {
 	refused.WithLabelValues("target", r.String()).Inc()
 	if err != nil {
 		log.Info("refused a stream", "peer", peer, "reason", r.String(), "error", err.Error())
@@ -229,9 +231,9 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 	}
 	peer := s.peerOf(tc.ConnectionState().PeerCertificates)
 	log = log.WithValues("peer", peer.Name)
-	req, err := ReadRequest(tc)
+	req, err := hop.ReadRequest(tc)
 	if err != nil {
-		s.refuse(log, peer.Name, RefusedBadPreamble, err)
+		s.refuse(log, peer.Name, hop.RefusedBadPreamble, err)
 		return
 	}
 	switch {
@@ -258,7 +260,7 @@ func (s *TargetServer) handshake(ctx context.Context, log logr.Logger, raw net.C
 	tc := tls.Server(under, s.tlsConfig())
 	err := tc.HandshakeContext(ctx)
 	if s.pending.end(pending) {
-		s.refuse(log, "", RefusedTooManyHandshakes, errDisplaced)
+		s.refuse(log, "", hop.RefusedTooManyHandshakes, errDisplaced)
 		return nil, nil, false
 	}
 	if err != nil {
@@ -266,7 +268,7 @@ func (s *TargetServer) handshake(ctx context.Context, log logr.Logger, raw net.C
 		if errors.As(err, &hr) {
 			s.refuse(log, "", hr.r, nil)
 		} else {
-			s.refuse(log, "", RefusedHandshake, err)
+			s.refuse(log, "", hop.RefusedHandshake, err)
 		}
 		return nil, nil, false
 	}
@@ -280,35 +282,35 @@ func (s *TargetServer) handshake(ctx context.Context, log logr.Logger, raw net.C
 // the route names, binds it to the peer, waits for a slot, dials the
 // target virt-handler and relays, or refuses with the verdict byte on the
 // channel the source reads it from.
-func (s *TargetServer) relayStream(ctx context.Context, log logr.Logger, peer *Peer, raw net.Conn, tc *tls.Conn, records *recordConn, pre Preamble) {
+func (s *TargetServer) relayStream(ctx context.Context, log logr.Logger, peer *Peer, raw net.Conn, tc *tls.Conn, records *recordConn, pre hop.Preamble) {
 	log = log.WithValues("migrationID", pre.MigrationID, "source", pre.Source.String(), "target", pre.Target.String(), "port", pre.Port, "mode", pre.Mode.String())
 	// Refusals travel back on the channel the source reads its verdict on.
 	verdict := net.Conn(tc)
-	if pre.Mode == ModeAuthenticated {
+	if pre.Mode == hop.ModeAuthenticated {
 		verdict = raw
 		// The source sends nothing after its preamble until it has the
 		// verdict; bytes TLS already buffered would be lost to the splice.
 		if records != nil && records.unread() > 0 {
-			s.refuse(log, peer.Name, RefusedBadPreamble, errUnreadAfterPreamble)
+			s.refuse(log, peer.Name, hop.RefusedBadPreamble, errUnreadAfterPreamble)
 			return
 		}
 	}
-	deny := func(r RefusalCode, err error) {
+	deny := func(r hop.RefusalCode, err error) {
 		s.refuse(log, peer.Name, r, err)
 		_, _ = verdict.Write([]byte{byte(r)})
 	}
 	if !s.modeAllowed(pre.Mode) {
-		deny(RefusedMode, nil)
+		deny(hop.RefusedMode, nil)
 		return
 	}
 	ep, ok, err := s.Resolver.Resolve(ctx, peer.Name, pre.Route)
-	if r, err := lookupVerdict(ok, err); r != accepted {
+	if r, err := lookupVerdict(ok, err); r != hop.Accepted {
 		deny(r, err)
 		return
 	}
 	port := strconv.Itoa(int(pre.Port))
 	if _, ok := ep.Ports[port]; !ok {
-		deny(RefusedPort, nil)
+		deny(hop.RefusedPort, nil)
 		return
 	}
 	// Durable before the verdict: no replica can accept another peer for
@@ -320,7 +322,7 @@ func (s *TargetServer) relayStream(ctx context.Context, log logr.Logger, peer *P
 	bound, err := s.Bindings.Bind(bctx, Binding{MigrationID: pre.MigrationID, Peer: peer.Name,
 		Namespace: ep.Migration.Namespace, VMIM: ep.Migration.Name, UID: ep.UID})
 	cancel()
-	if r, err := bindVerdict(bound, err); r != accepted {
+	if r, err := bindVerdict(bound, err); r != hop.Accepted {
 		deny(r, err)
 		return
 	}
@@ -343,17 +345,17 @@ func (s *TargetServer) relayStream(ctx context.Context, log logr.Logger, peer *P
 	cancel()
 	if err != nil {
 		dialErrors.Inc()
-		deny(RefusedTargetUnreachable, err)
+		deny(hop.RefusedTargetUnreachable, err)
 		return
 	}
 	defer dst.Close()
-	if _, err := verdict.Write([]byte{byte(accepted)}); err != nil {
+	if _, err := verdict.Write([]byte{byte(hop.Accepted)}); err != nil {
 		log.Info("the peer went away before the stream started", "error", err.Error())
 		return
 	}
 	_ = raw.SetDeadline(time.Time{})
 	conn := net.Conn(tc)
-	if pre.Mode == ModeAuthenticated {
+	if pre.Mode == hop.ModeAuthenticated {
 		conn = raw
 	}
 	log.Info("relaying a stream from a peer proxy", "target", target)
@@ -362,31 +364,31 @@ func (s *TargetServer) relayStream(ctx context.Context, log logr.Logger, peer *P
 
 // lookupVerdict is the refusal, if any, that a migration lookup's outcome
 // calls for (accepted when the migration was found).
-func lookupVerdict(found bool, err error) (RefusalCode, error) {
+func lookupVerdict(found bool, err error) (hop.RefusalCode, error) {
 	var re *ResolveError
 	switch {
 	case errors.As(err, &re):
 		return re.Reason, re.Err
 	case err != nil:
-		return RefusedLookup, err
+		return hop.RefusedLookup, err
 	case !found:
-		return RefusedUnknownMigration, nil
+		return hop.RefusedUnknownMigration, nil
 	}
-	return accepted, nil
+	return hop.Accepted, nil
 }
 
 // bindVerdict is the refusal, if any, of binding a migration to a peer.
-func bindVerdict(bound bool, err error) (RefusalCode, error) {
+func bindVerdict(bound bool, err error) (hop.RefusalCode, error) {
 	switch {
 	case err != nil:
-		return RefusedLookup, err
+		return hop.RefusedLookup, err
 	case !bound:
-		return RefusedOtherPeer, nil
+		return hop.RefusedOtherPeer, nil
 	}
-	return accepted, nil
+	return hop.Accepted, nil
 }
 
-func (s *TargetServer) modeAllowed(m Mode) bool {
+func (s *TargetServer) modeAllowed(m hop.Mode) bool {
 	if len(s.Modes) == 0 {
 		return true
 	}

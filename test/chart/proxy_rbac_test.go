@@ -30,6 +30,7 @@ import (
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -146,12 +147,12 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 	}
 
 	pa, pb := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
-	hop, err := net.Listen("tcp", "127.0.0.1:0")
+	hopLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgr, err := app.NewProxyManager(cfg, app.ProxyOptions{
-		AdvertiseAddress: "127.0.0.1", HopListener: hop, Cert: pb.Cert,
+		AdvertiseAddress: "127.0.0.1", HopListener: hopLn, Cert: pb.Cert,
 		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}},
 		MetricsAddr: "0", ProbeAddr: "0", Namespace: c.namespace,
 		LeaderElect: true, LeaderElectionID: lease,
@@ -166,12 +167,12 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 		t.Fatal("the proxy never took its lease as the chart's ServiceAccount")
 	}
 
-	peer := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool}
+	peer := &proxy.Peer{Name: "cluster-b", Addresses: []string{hopLn.Addr().String()}, CAs: pb.Pool}
 	framework.Eventually(t, "cluster-a's stream accepted", time.Minute, func() error {
-		conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, peer, proxy.SameVM("mig-rbac-"+c.release, ns, "vm1"), uint16(port))
+		conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: hop.ModeTLS}).Dial(ctx, peer, hop.SameVM("mig-rbac-"+c.release, ns, "vm1"), uint16(port))
 		if err != nil {
-			var re *proxy.RefusedError
-			if errors.As(err, &re) && re.Reason == proxy.RefusedLookup {
+			var re *hop.RefusedError
+			if errors.As(err, &re) && re.Reason == hop.RefusedLookup {
 				t.Fatalf("refused %s: the binding could not be read or written as the chart's ServiceAccount", re.Reason)
 			}
 			return err // unknown-migration until the proxy's cache has the VMIM

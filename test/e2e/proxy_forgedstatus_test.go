@@ -24,6 +24,7 @@ import (
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -129,12 +130,12 @@ func TestTenantVMIStatusThroughVirtAPI(t *testing.T) {
 		return tenant.Create(ctx, vmim)
 	})
 	pa, pb := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b")
-	hop, err := net.Listen("tcp", "127.0.0.1:0")
+	hopLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgr, err := app.NewProxyManager(env.Config, app.ProxyOptions{
-		AdvertiseAddress: "127.0.0.1", HopListener: hop, Cert: pb.Cert,
+		AdvertiseAddress: "127.0.0.1", HopListener: hopLn, Cert: pb.Cert,
 		Peers:       []*proxy.Peer{{Name: "cluster-a", CAs: pa.Pool}},
 		MetricsAddr: "0", ProbeAddr: "0", Namespace: framework.KvnetNamespace, CreateObjects: true,
 	})
@@ -167,16 +168,16 @@ func TestTenantVMIStatusThroughVirtAPI(t *testing.T) {
 		return nil
 	})
 
-	before := refusedTotal(t, proxy.RefusedTargetNotHandler)
-	logged := env.Logs.Count("refused a stream", "reason", proxy.RefusedTargetNotHandler.String(), "peer", "cluster-a")
-	target := &proxy.Peer{Name: "cluster-b", Addresses: []string{hop.Addr().String()}, CAs: pb.Pool}
-	conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: proxy.ModeTLS}).Dial(ctx, target, proxy.SameVM(vmim.Spec.Receive.MigrationID, vmim.Namespace, vmim.Spec.VMIName), uint16(port))
+	before := refusedTotal(t, hop.RefusedTargetNotHandler)
+	logged := env.Logs.Count("refused a stream", "reason", hop.RefusedTargetNotHandler.String(), "peer", "cluster-a")
+	target := &proxy.Peer{Name: "cluster-b", Addresses: []string{hopLn.Addr().String()}, CAs: pb.Pool}
+	conn, err := (&proxy.Dialer{Cert: pa.Cert, Mode: hop.ModeTLS}).Dial(ctx, target, hop.SameVM(vmim.Spec.Receive.MigrationID, vmim.Namespace, vmim.Spec.VMIName), uint16(port))
 	if err == nil {
 		_ = conn.Close()
 	}
-	var re *proxy.RefusedError
-	if !errors.As(err, &re) || re.Reason != proxy.RefusedTargetNotHandler {
-		t.Fatalf("a stream for the forged target: got %v, want the refusal %s", err, proxy.RefusedTargetNotHandler)
+	var re *hop.RefusedError
+	if !errors.As(err, &re) || re.Reason != hop.RefusedTargetNotHandler {
+		t.Fatalf("a stream for the forged target: got %v, want the refusal %s", err, hop.RefusedTargetNotHandler)
 	}
 	// The target resolves, and refuses, before it dials anything.
 	select {
@@ -184,11 +185,11 @@ func TestTenantVMIStatusThroughVirtAPI(t *testing.T) {
 		t.Fatal("the target proxy dialled the address the tenant's VMI status named")
 	default:
 	}
-	if d := refusedTotal(t, proxy.RefusedTargetNotHandler) - before; d != 1 {
-		t.Errorf("kvnet_proxy_refused_total{side=target,reason=%s} rose by %v, want 1", proxy.RefusedTargetNotHandler, d)
+	if d := refusedTotal(t, hop.RefusedTargetNotHandler) - before; d != 1 {
+		t.Errorf("kvnet_proxy_refused_total{side=target,reason=%s} rose by %v, want 1", hop.RefusedTargetNotHandler, d)
 	}
-	if d := env.Logs.Count("refused a stream", "reason", proxy.RefusedTargetNotHandler.String(), "peer", "cluster-a") - logged; d != 1 {
-		t.Errorf("%d log lines \"refused a stream\" reason=%s, want 1", d, proxy.RefusedTargetNotHandler)
+	if d := env.Logs.Count("refused a stream", "reason", hop.RefusedTargetNotHandler.String(), "peer", "cluster-a") - logged; d != 1 {
+		t.Errorf("%d log lines \"refused a stream\" reason=%s, want 1", d, hop.RefusedTargetNotHandler)
 	}
 
 	// (2) UPDATE: the tenant moves the announced endpoint, the node and
@@ -230,7 +231,7 @@ func equalTarget(a, b kubevirtv1.VirtualMachineInstanceMigrationTargetState) boo
 }
 
 // refusedTotal is the target side's kvnet_proxy_refused_total for r.
-func refusedTotal(t *testing.T, r proxy.RefusalCode) float64 {
+func refusedTotal(t *testing.T, r hop.RefusalCode) float64 {
 	t.Helper()
 	mfs, err := metrics.Registry.Gather()
 	if err != nil {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -93,8 +94,8 @@ type ProxyOptions struct {
 	// reloaded too (proxy.CAReloader).
 	CertFile, KeyFile string
 	Peers             []*proxy.Peer
-	Mode              proxy.Mode
-	Modes             []proxy.Mode
+	Mode              hop.Mode
+	Modes             []hop.Mode
 	// AllowedSources are the in-cluster migration ranges the source
 	// listeners accept clients from.
 	AllowedSources []netip.Prefix
@@ -516,14 +517,14 @@ func (f *proxyFlags) addresses(o *ProxyOptions) error {
 // hopModes parses the mode this proxy asks for and those it accepts.
 func (f *proxyFlags) hopModes(o *ProxyOptions) error {
 	var err error
-	if o.Mode, err = proxy.ParseMode(f.mode); err != nil {
+	if o.Mode, err = hop.ParseMode(f.mode); err != nil {
 		return fmt.Errorf("--mode: %w", err)
 	}
 	if f.modes == "" {
 		return nil
 	}
 	for _, m := range splitComma(f.modes) {
-		pm, err := proxy.ParseMode(m)
+		pm, err := hop.ParseMode(m)
 		if err != nil {
 			return fmt.Errorf("--accept-modes: %w", err)
 		}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // Each step of `kvnet proxy`'s flags refuses its bad value naming the
@@ -20,7 +20,7 @@ func TestProxyFlagSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Mode != proxy.ModeTLS || len(o.Modes) != 2 || len(o.AllowedSources) != 1 || o.AllowedSources[0].String() != "10.0.0.0/24" || o.Peers != nil {
+	if o.Mode != hop.ModeTLS || len(o.Modes) != 2 || len(o.AllowedSources) != 1 || o.AllowedSources[0].String() != "10.0.0.0/24" || o.Peers != nil {
 		t.Errorf("options %+v", o)
 	}
 	for name, c := range map[string]struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 // identityReceiver is the hop's IdentityReceiver: persistentips.Receiver
@@ -35,7 +36,7 @@ func newIdentityReceiver(mgr manager.Manager) identityReceiver {
 // ReceiveIdentity implements proxy.IdentityReceiver: a late identity is
 // identity-after-target-pod, an address or MAC in use identity-held, any
 // other mismatch identity-mismatch.
-func (i identityReceiver) ReceiveIdentity(ctx context.Context, peer string, vmim types.NamespacedName, id proxy.Identity) error {
+func (i identityReceiver) ReceiveIdentity(ctx context.Context, peer string, vmim types.NamespacedName, id hop.Identity) error {
 	nets := make([]persistentips.ReceivedNetwork, 0, len(id.Networks))
 	for _, n := range id.Networks {
 		nets = append(nets, persistentips.ReceivedNetwork{Name: n.Name, NetworkName: n.NetworkName, MAC: n.MAC, IPs: n.IPs})
@@ -45,12 +46,12 @@ func (i identityReceiver) ReceiveIdentity(ctx context.Context, peer string, vmim
 	if !errors.As(err, &m) {
 		return err
 	}
-	reason := proxy.RefusedIdentityMismatch
+	reason := hop.RefusedIdentityMismatch
 	switch m.Reason {
 	case persistentips.ReasonLate:
-		reason = proxy.RefusedIdentityLate
+		reason = hop.RefusedIdentityLate
 	case persistentips.ReasonHeld:
-		reason = proxy.RefusedIdentityHeld // the holder may go: the source tries again
+		reason = hop.RefusedIdentityHeld // the holder may go: the source tries again
 	}
 	return &proxy.IdentityRefusal{Reason: reason, Err: m}
 }
@@ -61,14 +62,14 @@ func (i identityReceiver) ReceiveIdentity(ctx context.Context, peer string, vmim
 type identitySource struct{ r client.Reader }
 
 // IdentityOf implements proxy.IdentitySource.
-func (s identitySource) IdentityOf(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]proxy.NetworkIdentity, error) {
+func (s identitySource) IdentityOf(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]hop.NetworkIdentity, error) {
 	nets, err := persistentips.SourceNetworks(ctx, s.r, vmi)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]proxy.NetworkIdentity, 0, len(nets))
+	out := make([]hop.NetworkIdentity, 0, len(nets))
 	for _, n := range nets {
-		out = append(out, proxy.NetworkIdentity{Name: n.Name, NetworkName: n.NetworkName, MAC: n.MAC, IPs: n.IPs})
+		out = append(out, hop.NetworkIdentity{Name: n.Name, NetworkName: n.NetworkName, MAC: n.MAC, IPs: n.IPs})
 	}
 	return out, nil
 }

@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	"net/http"
 	"os"
 	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"

@@ -1,4 +1,4 @@
-package proxy
+package hop
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package proxy
+package hop
 
 import (
 	"encoding/binary"
@@ -114,7 +114,8 @@ func readPreambleBody(r io.Reader) (Preamble, error) {
 type RefusalCode byte
 
 const (
-	accepted RefusalCode = iota
+	// Accepted is the verdict of a request taken; it is no refusal.
+	Accepted RefusalCode = iota
 	RefusedBadPreamble
 	RefusedMode
 	RefusedUnknownMigration
@@ -178,6 +179,16 @@ var refusalNames = map[RefusalCode]string{
 	RefusedIdentityHeld:       "identity-held",
 }
 
+// RefusalCodes are every refusal there is, for a metric's labels to
+// exist before the first of each.
+func RefusalCodes() []RefusalCode {
+	out := make([]RefusalCode, 0, len(refusalNames))
+	for r := range refusalNames {
+		out = append(out, r)
+	}
+	return out
+}
+
 func (r RefusalCode) String() string {
 	if s, ok := refusalNames[r]; ok {
 		return s
@@ -192,15 +203,17 @@ func (e *RefusedError) Error() string {
 	return "the peer proxy refused the stream: " + e.Reason.String()
 }
 
+// ReadVerdict reads a peer's answer to a request.
+//
 // The verdict is one byte: 0 accepted, else the Refusal. In tls mode it
 // travels inside TLS; in authenticated mode it is the first plain byte, so
 // that the source's TLS layer never reads (and buffers) past it.
-func readVerdict(r io.Reader) error {
+func ReadVerdict(r io.Reader) error {
 	var b [1]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
 		return fmt.Errorf("reading the peer proxy's verdict: %w", err)
 	}
-	if RefusalCode(b[0]) != accepted {
+	if RefusalCode(b[0]) != Accepted {
 		return &RefusedError{Reason: RefusalCode(b[0])}
 	}
 	return nil
