@@ -22,6 +22,7 @@ import (
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -239,11 +240,11 @@ func TestIdentityAttacksAcrossClusters(t *testing.T) {
 	}
 	bound := func(id string) bool {
 		var cm corev1.ConfigMap
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: framework.KvnetNamespace, Name: proxy.DefaultBindingsName}, &cm)
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: framework.KvnetNamespace, Name: store.DefaultBindingsName}, &cm)
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
-		_, ok := cm.Data[proxy.BindingKey(id)]
+		_, ok := cm.Data[store.BindingKey(id)]
 		return ok
 	}
 

@@ -29,6 +29,7 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -126,19 +127,19 @@ func refusedFor(err error, r hop.RefusalCode) bool {
 
 // bindingsOf reads the bindings ConfigMap of ns from the API (not from any
 // proxy's cache): what a new leader would find.
-func (r *bindingsRig) bindingsOf(t *testing.T, ns string) map[string]proxy.Binding {
+func (r *bindingsRig) bindingsOf(t *testing.T, ns string) map[string]store.Binding {
 	t.Helper()
 	var cm corev1.ConfigMap
-	err := r.cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: proxy.DefaultBindingsName}, &cm)
+	err := r.cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: store.DefaultBindingsName}, &cm)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		t.Fatalf("reading the bindings ConfigMap: %v", err)
 	}
-	out := map[string]proxy.Binding{}
+	out := map[string]store.Binding{}
 	for k, v := range cm.Data {
-		var b proxy.Binding
+		var b store.Binding
 		if err := json.Unmarshal([]byte(v), &b); err != nil {
 			t.Fatalf("binding %s: %v", k, err)
 		}
@@ -490,7 +491,7 @@ func TestProxyBindings(t *testing.T) {
 	})
 }
 
-func sameKeys(m map[string]proxy.Binding, want []string) bool {
+func sameKeys(m map[string]store.Binding, want []string) bool {
 	if len(m) != len(want) {
 		return false
 	}

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/test/framework"
 	"github.com/kvnet/kvnet/webhook"
 )
@@ -282,18 +282,18 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 		}
 	})
 
-	var mapping proxy.Mapping
+	var mapping store.Mapping
 	var wantPorts map[string]int
 	proxyEventually(t, "the proxy publishes its relays and the stored fields point at it", func() error {
 		var cur kubevirtv1.VirtualMachineInstance
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil {
 			return err
 		}
-		ann, ok := cur.Annotations[proxy.AnnotationMapping]
+		ann, ok := cur.Annotations[store.AnnotationMapping]
 		if !ok {
-			return fmt.Errorf("no %s annotation yet", proxy.AnnotationMapping)
+			return fmt.Errorf("no %s annotation yet", store.AnnotationMapping)
 		}
-		m, err := proxy.DecodeMapping(ann)
+		m, err := store.DecodeMapping(ann)
 		if err != nil {
 			return err
 		}
@@ -359,7 +359,7 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil {
 			return err
 		}
-		m, err := proxy.DecodeMapping(cur.Annotations[proxy.AnnotationMapping])
+		m, err := store.DecodeMapping(cur.Annotations[store.AnnotationMapping])
 		if err != nil {
 			return err
 		}
@@ -434,7 +434,7 @@ func TestProxyDecentralizedMigration(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil {
 			return err
 		}
-		if v, ok := cur.Annotations[proxy.AnnotationMapping]; ok {
+		if v, ok := cur.Annotations[store.AnnotationMapping]; ok {
 			return fmt.Errorf("annotation still there: %s", v)
 		}
 		return nil

@@ -32,6 +32,7 @@ import (
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -398,17 +399,17 @@ func TestProxyTwoClusters(t *testing.T) {
 			// The VMI editor's redirect: a namespace user who may edit VMIs
 			// writes a mapping pointing at an address of their choice.
 			editor := vmiEditor(t, ns)
-			evil := proxy.Mapping{MigrationID: migID, Address: outside, Target: "127.0.0.1", Ports: map[string]string{control.port(): "6666", direct.port(): "6667"}}
+			evil := store.Mapping{MigrationID: migID, Address: outside, Target: "127.0.0.1", Ports: map[string]string{control.port(): "6666", direct.port(): "6667"}}
 			var cur kubevirtv1.VirtualMachineInstance
 			if err := editor.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil {
 				t.Fatal(err)
 			}
-			cur.Annotations[proxy.AnnotationMapping] = evil.Encode()
+			cur.Annotations[store.AnnotationMapping] = evil.Encode()
 			if err := editor.Update(ctx, &cur); err != nil {
 				t.Fatalf("the editor's annotation write (allowed by RBAC) failed: %v", err)
 			}
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: framework.KvnetNamespace, Name: proxy.DefaultMappingsName}}
-			patch := fmt.Sprintf(`{"data":{%q:%q}}`, proxy.Key(types.NamespacedName{Namespace: ns, Name: "vm1"}), evil.Encode())
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: framework.KvnetNamespace, Name: store.DefaultMappingsName}}
+			patch := fmt.Sprintf(`{"data":{%q:%q}}`, store.Key(types.NamespacedName{Namespace: ns, Name: "vm1"}), evil.Encode())
 			if err := editor.Patch(ctx, cm, client.RawPatch(types.MergePatchType, []byte(patch))); !apierrors.IsForbidden(err) {
 				t.Errorf("the editor's write of the mappings ConfigMap: got %v, want Forbidden", err)
 			}

@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 // bindingsHeld follows the bindings ConfigMap as this process's cache sees
@@ -34,7 +36,7 @@ var bindingsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
 // alone, and the API reader and client from mgr), keeps the
 // kvnet_proxy_bindings gauge in step with the ConfigMap, and registers the
 // BindingCollector. Pass the result as TargetServer.Bindings.
-func SetupBindings(mgr manager.Manager, s BindingStore, c cache.Cache, log logr.Logger) (*BindingStore, error) {
+func SetupBindings(mgr manager.Manager, s store.BindingStore, c cache.Cache, log logr.Logger) (*store.BindingStore, error) {
 	inf, err := c.GetInformer(context.Background(), &corev1.ConfigMap{})
 	if err != nil {
 		return nil, err
@@ -52,8 +54,8 @@ func SetupBindings(mgr manager.Manager, s BindingStore, c cache.Cache, log logr.
 		return nil, fmt.Errorf("watching the migration bindings: %w", err)
 	}
 	s.Reader, s.APIReader, s.Client = c, mgr.GetAPIReader(), mgr.GetClient()
-	store := &s
-	bc := &BindingCollector{Store: store, Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Log: log}
+	held := &s
+	bc := &BindingCollector{Store: held, Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Log: log}
 	receiving := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		m, ok := o.(*kubevirtv1.VirtualMachineInstanceMigration)
 		return ok && m.Spec.Receive != nil
@@ -65,7 +67,7 @@ func SetupBindings(mgr manager.Manager, s BindingStore, c cache.Cache, log logr.
 		var out []reconcile.Request
 		seen := map[types.NamespacedName]bool{}
 		for _, raw := range cm.Data {
-			b, err := decodeBinding(raw)
+			b, err := store.DecodeBinding(raw)
 			if err != nil {
 				continue
 			}
@@ -85,7 +87,7 @@ func SetupBindings(mgr manager.Manager, s BindingStore, c cache.Cache, log logr.
 	if err != nil {
 		return nil, fmt.Errorf("setting up the migration bindings collector: %w", err)
 	}
-	return store, nil
+	return held, nil
 }
 
 // BindingCollector removes a binding once its receiving VMIM has ended
@@ -93,7 +95,7 @@ func SetupBindings(mgr manager.Manager, s BindingStore, c cache.Cache, log logr.
 // holds only migrations in flight. It runs on the leader, from the VMIM
 // informer: a peer that never comes back does not keep its binding.
 type BindingCollector struct {
-	Store *BindingStore
+	Store *store.BindingStore
 	// Reader reads VMIMs from the cache; APIReader confirms that a VMIM the
 	// cache does not have (or has with another UID) is really gone, since
 	// a replica may have bound it from a cache that is ahead of this one.
@@ -103,7 +105,7 @@ type BindingCollector struct {
 
 // Reconcile implements reconcile.Reconciler for one VMIM.
 func (bc *BindingCollector) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	cm, entries, err := bc.Store.entries(ctx)
+	cm, entries, err := bc.Store.Entries(ctx)
 	if err != nil || cm == nil {
 		return reconcile.Result{}, err
 	}
@@ -129,7 +131,7 @@ func (bc *BindingCollector) Reconcile(ctx context.Context, req reconcile.Request
 	if len(stale) == 0 {
 		return reconcile.Result{}, nil
 	}
-	if err := bc.Store.forget(ctx, cm, stale); err != nil {
+	if err := bc.Store.Forget(ctx, cm, stale); err != nil {
 		if apierrors.IsConflict(err) {
 			// Another binding landed meanwhile; decide again on the new
 			// ConfigMap once the cache has it.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 // Controller keeps one set of relays per source VMI of an in-flight
@@ -41,7 +42,7 @@ type Controller struct {
 	// Store is where mappings are published; the rewrite trusts only it.
 	// StoreReader reads it back (the API reader: a cached read would start
 	// a cluster-wide ConfigMap informer the proxy has no RBAC for).
-	Store       MappingStore
+	Store       store.MappingStore
 	StoreReader client.Reader
 	// Peers are the other clusters' proxies and Dialer opens the hop to
 	// them. Without peers the relays dial the remote node directly (a flat
@@ -74,7 +75,7 @@ type Controller struct {
 // session is the relays of one migration of one VMI.
 type session struct {
 	remote  Remote
-	mapping Mapping
+	mapping store.Mapping
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
 }
@@ -209,14 +210,14 @@ func (c *Controller) ensureSession(log logr.Logger, key types.NamespacedName, re
 		log.Info("migration endpoint changed; closing its relays", "migrationID", s.remote.MigrationID)
 		c.dropLocked(key)
 	}
-	var prev Mapping
+	var prev store.Mapping
 	if published != "" {
-		if m, err := DecodeMapping(published); err == nil && remote.Matches(m) && m.Address == c.Address {
+		if m, err := store.DecodeMapping(published); err == nil && remote.Matches(m) && m.Address == c.Address {
 			prev = m
 		}
 	}
 	ctx, cancel := context.WithCancel(c.base)
-	s := &session{remote: remote, cancel: cancel, mapping: Mapping{
+	s := &session{remote: remote, cancel: cancel, mapping: store.Mapping{
 		MigrationID: remote.MigrationID, Address: c.Address, Target: remote.Target, Ports: map[string]string{},
 	}}
 	for remotePort := range remote.Ports {
@@ -279,7 +280,7 @@ func (c *Controller) listen(port string) (net.Listener, error) {
 // the StatusRewriter, which points the top-level fields at the relays in the
 // same request.
 func (c *Controller) publish(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, value string) error {
-	cur, has := vmi.Annotations[AnnotationMapping]
+	cur, has := vmi.Annotations[store.AnnotationMapping]
 	if (value == "" && !has) || (value != "" && cur == value) {
 		return nil
 	}
@@ -288,12 +289,12 @@ func (c *Controller) publish(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	}
 	orig := vmi.DeepCopy()
 	if value == "" {
-		delete(vmi.Annotations, AnnotationMapping)
+		delete(vmi.Annotations, store.AnnotationMapping)
 	} else {
 		if vmi.Annotations == nil {
 			vmi.Annotations = map[string]string{}
 		}
-		vmi.Annotations[AnnotationMapping] = value
+		vmi.Annotations[store.AnnotationMapping] = value
 	}
 	if err := c.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsNotFound(err) {

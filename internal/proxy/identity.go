@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 // IdentityReceiver takes a migration's network identity for the receiving
@@ -63,7 +64,7 @@ func (s *TargetServer) receiveIdentity(ctx context.Context, log logr.Logger, pee
 		deny(r, err)
 		return
 	}
-	bound, err := s.Bindings.Bind(ctx, Binding{MigrationID: id.MigrationID, Peer: peer.Name, Namespace: vmim.Namespace, VMIM: vmim.Name, UID: uid})
+	bound, err := s.Bindings.Bind(ctx, store.Binding{MigrationID: id.MigrationID, Peer: peer.Name, Namespace: vmim.Namespace, VMIM: vmim.Name, UID: uid})
 	if r, err := bindVerdict(bound, err); r != hop.Accepted {
 		deny(r, err)
 		return

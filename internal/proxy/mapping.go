@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,44 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
-
-// AnnotationMapping is the VMI annotation where the proxy publishes its
-// relays for the VMI's current decentralized migration. The admission
-// handler reads it from the object being written, so the write that
-// publishes it already rewrites the status in the same request.
-const AnnotationMapping = "kvnet.io/migration-proxy"
-
-// Mapping is the value of AnnotationMapping.
-type Mapping struct {
-	// MigrationID is the source VMIM's spec.sendTo.migrationID: a mapping
-	// never applies to another migration of the same VMI.
-	MigrationID string `json:"migrationID"`
-	// Address is the proxy's own address, reachable from the source
-	// virt-handlers (the value of --advertise-address).
-	Address string `json:"address"`
-	// Target is the remote targetState.nodeAddress the relays dial.
-	Target string `json:"target"`
-	// Ports maps each remote port (a key of
-	// targetState.directMigrationNodePorts) to the local relay port.
-	Ports map[string]string `json:"ports"`
-}
-
-// Encode renders m deterministically (encoding/json sorts map keys), so an
-// unchanged mapping never causes a write.
-func (m Mapping) Encode() string {
-	b, _ := json.Marshal(m) // strings and a string map: cannot fail
-	return string(b)
-}
-
-// DecodeMapping parses the annotation value.
-func DecodeMapping(s string) (Mapping, error) {
-	var m Mapping
-	if err := json.Unmarshal([]byte(s), &m); err != nil {
-		return Mapping{}, fmt.Errorf("annotation %s: %w", AnnotationMapping, err)
-	}
-	return m, nil
-}
 
 // Remote is what a migration's relays are built from: the migration and the
 // truthful remote endpoint. Two equal Remotes need the same relays.
@@ -71,7 +34,7 @@ func (r Remote) Same(o Remote) bool {
 
 // Matches reports whether m was published for exactly this remote endpoint:
 // same migration, same target and a local port for each remote port, no more.
-func (r Remote) Matches(m Mapping) bool {
+func (r Remote) Matches(m store.Mapping) bool {
 	if m.MigrationID != r.MigrationID || m.Target != r.Target || m.Address == "" || len(m.Ports) != len(r.Ports) {
 		return false
 	}
@@ -145,7 +108,7 @@ func Rewrite(remote Remote, annotation string) (address string, ports map[string
 	if annotation == "" {
 		return "", nil
 	}
-	m, err := DecodeMapping(annotation)
+	m, err := store.DecodeMapping(annotation)
 	if err != nil || !remote.Matches(m) {
 		return "", nil
 	}

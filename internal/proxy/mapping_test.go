@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"gomodules.xyz/jsonpatch/v2"
+
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 func TestRewrite(t *testing.T) {
 	remote := Remote{MigrationID: "m1", Target: "10.0.0.9", Ports: map[string]int{"40001": 0, "40002": 49152}}
-	good := Mapping{MigrationID: "m1", Address: "192.168.7.2", Target: "10.0.0.9", Ports: map[string]string{"40001": "31001", "40002": "31002"}}
-	with := func(f func(*Mapping)) string {
+	good := store.Mapping{MigrationID: "m1", Address: "192.168.7.2", Target: "10.0.0.9", Ports: map[string]string{"40001": "31001", "40002": "31002"}}
+	with := func(f func(*store.Mapping)) string {
 		m := good
 		m.Ports = maps.Clone(good.Ports)
 		f(&m)
@@ -26,12 +28,12 @@ func TestRewrite(t *testing.T) {
 		"no annotation: hold back":     {annotation: ""},
 		"garbage: hold back":           {annotation: "{not json"},
 		"matching: proxy, values kept": {annotation: good.Encode(), wantAddr: "192.168.7.2", wantPorts: map[string]int{"31001": 0, "31002": 49152}},
-		"other migration":              {annotation: with(func(m *Mapping) { m.MigrationID = "m0" })},
-		"other target":                 {annotation: with(func(m *Mapping) { m.Target = "10.0.0.8" })},
-		"missing port":                 {annotation: with(func(m *Mapping) { delete(m.Ports, "40002") })},
-		"extra port":                   {annotation: with(func(m *Mapping) { m.Ports["40003"] = "31003" })},
-		"duplicate local port":         {annotation: with(func(m *Mapping) { m.Ports["40002"] = "31001" })},
-		"no address":                   {annotation: with(func(m *Mapping) { m.Address = "" })},
+		"other migration":              {annotation: with(func(m *store.Mapping) { m.MigrationID = "m0" })},
+		"other target":                 {annotation: with(func(m *store.Mapping) { m.Target = "10.0.0.8" })},
+		"missing port":                 {annotation: with(func(m *store.Mapping) { delete(m.Ports, "40002") })},
+		"extra port":                   {annotation: with(func(m *store.Mapping) { m.Ports["40003"] = "31003" })},
+		"duplicate local port":         {annotation: with(func(m *store.Mapping) { m.Ports["40002"] = "31001" })},
+		"no address":                   {annotation: with(func(m *store.Mapping) { m.Address = "" })},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 // Endpoint is where a receiving migration's stream goes in this cluster:
@@ -319,7 +320,7 @@ func (s *TargetServer) relayStream(ctx context.Context, log logr.Logger, peer *P
 	// is a counted refusal, not a hang: half the handshake timeout, which
 	// the source's wait for the verdict spans, so the source still hears it.
 	bctx, cancel := context.WithTimeout(ctx, orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout)/2)
-	bound, err := s.Bindings.Bind(bctx, Binding{MigrationID: pre.MigrationID, Peer: peer.Name,
+	bound, err := s.Bindings.Bind(bctx, store.Binding{MigrationID: pre.MigrationID, Peer: peer.Name,
 		Namespace: ep.Migration.Namespace, VMIM: ep.Migration.Name, UID: ep.UID})
 	cancel()
 	if r, err := bindVerdict(bound, err); r != hop.Accepted {

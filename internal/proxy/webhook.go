@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/internal/apijson"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -46,13 +47,13 @@ type StatusRewriter struct {
 	// asked only when the VMI's trigger annotation differs from the cached
 	// entry, i.e. the cache is behind the proxy's latest publication. The
 	// annotation's own content is never used: any VMI editor can write it.
-	Store          MappingStore
+	Store          store.MappingStore
 	MappingsReader client.Reader
 }
 
 // mapping returns the published mapping of vmi, "" when there is none.
 func (h *StatusRewriter) mapping(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (string, error) {
-	hint, ok := vmi.Annotations[AnnotationMapping]
+	hint, ok := vmi.Annotations[store.AnnotationMapping]
 	if !ok || h.MappingsReader == nil {
 		return "", nil
 	}

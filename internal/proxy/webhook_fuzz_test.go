@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/apijson"
 	"github.com/kvnet/kvnet/internal/apijson/apijsontest"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 // statusSeeds are VMI bodies for the status rewrite's fuzz targets.
@@ -62,7 +63,7 @@ func TestStatusViewTakesTheFastPath(t *testing.T) {
 // answers 500, its patch applies, and the patched VMI sent again yields no
 // patch: virt-handler's next status write must not flap the fields.
 func FuzzStatusRewriter(f *testing.F) {
-	mapping := Mapping{MigrationID: "m1", Address: "192.168.7.2", Target: "10.0.0.9", Ports: map[string]string{"40001": "31001", "40002": "31002"}}.Encode()
+	mapping := store.Mapping{MigrationID: "m1", Address: "192.168.7.2", Target: "10.0.0.9", Ports: map[string]string{"40001": "31001", "40002": "31002"}}.Encode()
 	for _, s := range statusSeeds {
 		f.Add([]byte(s))
 	}
@@ -77,13 +78,13 @@ func FuzzStatusRewriter(f *testing.F) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "mig", UID: "uid-1"},
 		Spec:       kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: "web", SendTo: &kubevirtv1.VirtualMachineInstanceMigrationSource{MigrationID: "m1"}},
 	}
-	store := MappingStore{Namespace: "kvnet-system"}
+	ms := store.MappingStore{Namespace: "kvnet-system"}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kvnet-system", Name: DefaultMappingsName},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kvnet-system", Name: store.DefaultMappingsName},
 		Data:       map[string]string{"tenant-a.web": mapping},
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(vmim, cm).Build()
-	h := &StatusRewriter{Reader: c, APIReader: c, Store: store, MappingsReader: c}
+	h := &StatusRewriter{Reader: c, APIReader: c, Store: ms, MappingsReader: c}
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		resp := h.Handle(ctx, statusReview(raw))

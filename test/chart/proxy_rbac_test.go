@@ -31,6 +31,7 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -179,12 +180,12 @@ func proxyBindsAsChartServiceAccount(t *testing.T, c chartCase) {
 		}
 		return conn.Close()
 	})
-	key := client.ObjectKey{Namespace: c.namespace, Name: proxy.DefaultBindingsName}
+	key := client.ObjectKey{Namespace: c.namespace, Name: store.DefaultBindingsName}
 	var cm corev1.ConfigMap
 	if err := cl.Get(ctx, key, &cm); err != nil {
 		t.Fatalf("the bindings ConfigMap after an accepted stream: %v", err)
 	}
-	var b proxy.Binding
+	var b store.Binding
 	if err := json.Unmarshal([]byte(cm.Data["mig-rbac-"+c.release]), &b); err != nil || b.Peer != "cluster-a" {
 		t.Fatalf("binding of mig-rbac-%s: %q (%v), want peer cluster-a", c.release, cm.Data["mig-rbac-"+c.release], err)
 	}
@@ -233,14 +234,14 @@ func TestChartSyncControllerCreatesNothingInKvnetNamespace(t *testing.T) {
 
 	forged := &migration.Allocation{Pool: migration.PoolInCluster, Address: netip.MustParseAddr("10.10.0.9"), PrefixLength: 24,
 		State: migration.StateIdle, Node: "node-1"}
-	mappings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: proxy.DefaultMappingsName}}
+	mappings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: store.DefaultMappingsName}}
 	if err := cl.Delete(ctx, mappings); err != nil {
 		t.Fatal(err)
 	}
 	for what, cm := range map[string]*corev1.ConfigMap{
 		"a forged idle allocation": forged.ToConfigMap(c.namespace),
 		"an unlabelled ConfigMap":  {ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "kvnet-migration-proxy-mappings-2"}},
-		"the proxy's mappings, deleted": {ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: proxy.DefaultMappingsName},
+		"the proxy's mappings, deleted": {ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: store.DefaultMappingsName},
 			Data: map[string]string{"tenant.vm1": "forged"}},
 	} {
 		if err := sync.Create(ctx, cm); !refusedByRBAC(err, "configmaps") {
@@ -263,7 +264,7 @@ func TestChartSyncControllerCreatesNothingInKvnetNamespace(t *testing.T) {
 	}
 
 	// What it still writes: the chart's bindings ConfigMap, and events.
-	bindings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: proxy.DefaultBindingsName}}
+	bindings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: store.DefaultBindingsName}}
 	if err := sync.Patch(ctx, bindings, client.RawPatch(types.MergePatchType, []byte(`{"data":{"m1":"{}"}}`))); err != nil {
 		t.Errorf("the chart's bindings ConfigMap patched by the synchronization controller: %v", err)
 	}

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvnet/kvnet/internal/config"
-	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/test/framework"
 )
 
@@ -460,7 +460,7 @@ config:
 	} {
 		// Nor the migration bindings: whoever could would rebind a
 		// migration to another peer proxy.
-		for _, name := range []string{mappings, proxy.DefaultBindingsName} {
+		for _, name := range []string{mappings, store.DefaultBindingsName} {
 			for _, verb := range []string{"update", "patch"} {
 				if can(who.user, who.groups, verb, "", "configmaps", c.namespace, name) {
 					t.Errorf("%s may %s ConfigMap %s", who.user, verb, name)

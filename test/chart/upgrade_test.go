@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 // The chart creates the Lease and the two ConfigMaps the proxy writes (so
@@ -66,8 +66,8 @@ config:
 	// lease holder (leader election updates the whole spec).
 	sync := impersonating(t, "system:serviceaccount:"+kv+":kubevirt-synchronization-controller",
 		"system:serviceaccounts", "system:serviceaccounts:"+kv)
-	mappingsKey := client.ObjectKey{Namespace: ns, Name: proxy.DefaultMappingsName}
-	bindingsKey := client.ObjectKey{Namespace: ns, Name: proxy.DefaultBindingsName}
+	mappingsKey := client.ObjectKey{Namespace: ns, Name: store.DefaultMappingsName}
+	bindingsKey := client.ObjectKey{Namespace: ns, Name: store.DefaultBindingsName}
 	leaseKey := client.ObjectKey{Namespace: ns, Name: "upg-kvnet-migration-proxy"}
 	const binding = `{"migrationID":"m1","peer":"east","namespace":"tenant","vmim":"in","uid":"u1"}`
 	wrote := map[client.ObjectKey]map[string]string{

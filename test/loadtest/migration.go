@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 // The source side of a decentralized migration of VMI tenant-a/bench: the
@@ -34,7 +35,7 @@ var (
 	remotePorts = map[string]int{"40001": 0, "40002": 49152}
 	proxyPorts  = map[string]int{"31001": 0, "31002": 49152}
 	// mapping is what the proxy publishes, in the store and on the VMI.
-	mapping = proxy.Mapping{MigrationID: migrationID, Address: proxyAddress, Target: remoteAddress,
+	mapping = store.Mapping{MigrationID: migrationID, Address: proxyAddress, Target: remoteAddress,
 		Ports: map[string]string{"40001": "31001", "40002": "31002"}}.Encode()
 )
 
@@ -65,7 +66,7 @@ func migrationStatusReview(vmi []byte) ([]byte, error) {
 	if ann == nil {
 		ann = map[string]any{}
 	}
-	ann[proxy.AnnotationMapping] = mapping
+	ann[store.AnnotationMapping] = mapping
 	md["annotations"] = ann
 	ms := kubevirtv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: migrationUID, TargetNode: "remote-node-3", SourceNode: "node-1", Mode: kubevirtv1.MigrationPreCopy,
@@ -122,9 +123,9 @@ func checkMigrationStatus(patched []byte) error {
 // so the real handler never asks the API either.
 func (f *Fixture) statusRewriter() *proxy.StatusRewriter {
 	c := proxyCache{vmims: []*kubevirtv1.VirtualMachineInstanceMigration{SourceVMIM()},
-		mappings: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: mappingsNS, Name: proxy.DefaultMappingsName},
+		mappings: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: mappingsNS, Name: store.DefaultMappingsName},
 			Data: map[string]string{"tenant-a.bench": mapping}}}
-	return &proxy.StatusRewriter{Reader: c, Store: proxy.MappingStore{Namespace: mappingsNS}, MappingsReader: c}
+	return &proxy.StatusRewriter{Reader: c, Store: store.MappingStore{Namespace: mappingsNS}, MappingsReader: c}
 }
 
 // proxyCache is the informer caches' read path for the rewriter: a deep

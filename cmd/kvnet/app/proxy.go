@@ -34,6 +34,7 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/webhook"
 )
 
@@ -50,24 +51,24 @@ func migrationProxyExtension(ctx context.Context, mgr manager.Manager, namespace
 	if _, err := mgr.GetCache().GetInformer(ctx, &kubevirtv1.VirtualMachineInstanceMigration{}); err != nil {
 		return fmt.Errorf("starting the VirtualMachineInstanceMigration informer: %w", err)
 	}
-	store := proxy.MappingStore{Namespace: namespace}
-	mappings, err := mappingsCache(mgr, store)
+	ms := store.MappingStore{Namespace: namespace}
+	mappings, err := mappingsCache(mgr, ms)
 	if err != nil {
 		return err
 	}
-	h := &proxy.StatusRewriter{Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Store: store, MappingsReader: mappings}
+	h := &proxy.StatusRewriter{Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Store: ms, MappingsReader: mappings}
 	mgr.GetWebhookServer().Register(webhook.PathMutateVMIMigrationStatus, webhook.Webhook(h))
 	return nil
 }
 
 // mappingsCache is an informer on the one ConfigMap of published mappings,
 // started with the manager.
-func mappingsCache(mgr manager.Manager, store proxy.MappingStore) (cache.Cache, error) {
-	name := store.Name
+func mappingsCache(mgr manager.Manager, ms store.MappingStore) (cache.Cache, error) {
+	name := ms.Name
 	if name == "" {
-		name = proxy.DefaultMappingsName
+		name = store.DefaultMappingsName
 	}
-	c, _, err := configMapCache(mgr, store.Namespace, name)
+	c, _, err := configMapCache(mgr, ms.Namespace, name)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +221,7 @@ func newProxyManagerBase(restCfg *rest.Config, o ProxyOptions) (manager.Manager,
 func setUpSourceSide(mgr manager.Manager, o ProxyOptions, getCert func() (*tls.Certificate, error), limiter *proxy.Limiter, log logr.Logger) (*proxy.Controller, error) {
 	c := &proxy.Controller{
 		Address: o.AdvertiseAddress, DialTimeout: o.DialTimeout, Log: log,
-		Store: proxy.MappingStore{Namespace: o.Namespace, Create: o.CreateObjects}, Peers: o.Peers,
+		Store: store.MappingStore{Namespace: o.Namespace, Create: o.CreateObjects}, Peers: o.Peers,
 		Dialer:  &proxy.Dialer{Cert: o.Cert, GetCert: getCert, Mode: o.Mode, VerdictWait: proxy.VerdictWait(o.QueueWait, o.DialTimeout)},
 		Limiter: limiter, AllowedSources: o.AllowedSources, IdleTimeout: o.IdleTimeout, MaxRelayConns: o.MaxRelayConns,
 	}
@@ -241,14 +242,14 @@ func setUpTargetSide(mgr manager.Manager, o ProxyOptions, dialer *proxy.Dialer, 
 	if len(o.Peers) == 0 {
 		return fmt.Errorf("the hop listener needs at least one peer: it accepts only peer proxies")
 	}
-	bc, _, err := configMapCache(mgr, o.Namespace, proxy.DefaultBindingsName)
+	bc, _, err := configMapCache(mgr, o.Namespace, store.DefaultBindingsName)
 	if err != nil {
 		return err
 	}
 	if err := mgr.Add(bc); err != nil {
 		return err
 	}
-	bindings, err := proxy.SetupBindings(mgr, proxy.BindingStore{Namespace: o.Namespace, Create: o.CreateObjects}, bc, log.WithName("bindings"))
+	bindings, err := proxy.SetupBindings(mgr, store.BindingStore{Namespace: o.Namespace, Create: o.CreateObjects}, bc, log.WithName("bindings"))
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/leaderelection"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/store"
 )
 
 // existingLease is the leader election lock of a proxy that does not create
@@ -30,7 +30,7 @@ type existingLease struct {
 }
 
 func (l *existingLease) Create(context.Context, resourcelock.LeaderElectionRecord) error {
-	return &proxy.MissingObjectError{Kind: "Lease", Key: l.key}
+	return &store.MissingObjectError{Kind: "Lease", Key: l.key}
 }
 
 // leaderRenewDeadline is controller-runtime's default RenewDeadline, which

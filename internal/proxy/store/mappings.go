@@ -1,4 +1,4 @@
-package proxy
+package store
 
 import (
 	"context"
@@ -97,4 +97,41 @@ type MissingObjectError struct {
 
 func (e *MissingObjectError) Error() string {
 	return fmt.Sprintf("%s %s does not exist: kvnet's chart creates it (helm upgrade restores it); without the chart create it, or run kvnet proxy with --create-objects and RBAC to create it", e.Kind, e.Key)
+}
+
+// AnnotationMapping is the VMI annotation where the proxy publishes its
+// relays for the VMI's current decentralized migration. The admission
+// handler reads it from the object being written, so the write that
+// publishes it already rewrites the status in the same request.
+const AnnotationMapping = "kvnet.io/migration-proxy"
+
+// Mapping is the value of AnnotationMapping.
+type Mapping struct {
+	// MigrationID is the source VMIM's spec.sendTo.migrationID: a mapping
+	// never applies to another migration of the same VMI.
+	MigrationID string `json:"migrationID"`
+	// Address is the proxy's own address, reachable from the source
+	// virt-handlers (the value of --advertise-address).
+	Address string `json:"address"`
+	// Target is the remote targetState.nodeAddress the relays dial.
+	Target string `json:"target"`
+	// Ports maps each remote port (a key of
+	// targetState.directMigrationNodePorts) to the local relay port.
+	Ports map[string]string `json:"ports"`
+}
+
+// Encode renders m deterministically (encoding/json sorts map keys), so an
+// unchanged mapping never causes a write.
+func (m Mapping) Encode() string {
+	b, _ := json.Marshal(m) // strings and a string map: cannot fail
+	return string(b)
+}
+
+// DecodeMapping parses the annotation value.
+func DecodeMapping(s string) (Mapping, error) {
+	var m Mapping
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return Mapping{}, fmt.Errorf("annotation %s: %w", AnnotationMapping, err)
+	}
+	return m, nil
 }
