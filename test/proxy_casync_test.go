@@ -21,6 +21,7 @@ import (
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/caexchange"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/test/framework"
 )
@@ -44,7 +45,7 @@ func kubevirtCA(t *testing.T) *x509.Certificate {
 func putCAConfigMap(t *testing.T, c client.Client, ns, name, bundle string) {
 	t.Helper()
 	ctx := context.Background()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{proxy.CABundleKey: bundle}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{caexchange.CABundleKey: bundle}}
 	err := c.Create(ctx, cm)
 	if apierrors.IsAlreadyExists(err) {
 		var cur corev1.ConfigMap
@@ -60,23 +61,23 @@ func putCAConfigMap(t *testing.T, c client.Client, ns, name, bundle string) {
 
 // externalCA is a cluster's kubevirt-external-ca: its bundle's
 // fingerprints and text, and kvnet's slots.
-func externalCA(c client.Client, ns string) (map[string]bool, string, proxy.Slots, error) {
+func externalCA(c client.Client, ns string) (map[string]bool, string, caexchange.Slots, error) {
 	var cm corev1.ConfigMap
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: proxy.ExternalCAName}, &cm); err != nil {
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: caexchange.ExternalCAName}, &cm); err != nil {
 		return nil, "", nil, err
 	}
-	data := cm.Data[proxy.CABundleKey]
+	data := cm.Data[caexchange.CABundleKey]
 	got := map[string]bool{}
 	if data != "" {
-		cs, err := proxy.ParseCABundle([]byte(strings.ReplaceAll(data, operatorComment, "")), time.Now())
+		cs, err := caexchange.ParseCABundle([]byte(strings.ReplaceAll(data, operatorComment, "")), time.Now())
 		if err != nil {
 			return nil, "", nil, err
 		}
 		for _, c := range cs {
-			got[proxy.Fingerprint(c)] = true
+			got[caexchange.Fingerprint(c)] = true
 		}
 	}
-	return got, data, proxy.DecodeSlots(cm.Annotations[proxy.AnnotationExternalCAPeers]), nil
+	return got, data, caexchange.DecodeSlots(cm.Annotations[caexchange.AnnotationExternalCAPeers]), nil
 }
 
 const operatorComment = "# copied by hand from cluster X\n"
@@ -84,13 +85,13 @@ const operatorComment = "# copied by hand from cluster X\n"
 // holds checks that a kubevirt-external-ca holds want and none of absent.
 func holds(got map[string]bool, want, absent []*x509.Certificate) error {
 	for _, c := range want {
-		if !got[proxy.Fingerprint(c)] {
-			return fmt.Errorf("%s missing (has %d certificates)", proxy.Fingerprint(c)[:12], len(got))
+		if !got[caexchange.Fingerprint(c)] {
+			return fmt.Errorf("%s missing (has %d certificates)", caexchange.Fingerprint(c)[:12], len(got))
 		}
 	}
 	for _, c := range absent {
-		if got[proxy.Fingerprint(c)] {
-			return fmt.Errorf("%s still there", proxy.Fingerprint(c)[:12])
+		if got[caexchange.Fingerprint(c)] {
+			return fmt.Errorf("%s still there", caexchange.Fingerprint(c)[:12])
 		}
 	}
 	return nil
@@ -118,11 +119,11 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 		mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kvNS}})
 	}
 	kvA1, kvB1, kvB2, kvOp := kubevirtCA(t), kubevirtCA(t), kubevirtCA(t), kubevirtCA(t)
-	operatorEntry := operatorComment + string(proxy.EncodeCerts([]*x509.Certificate{kvOp}))
-	putCAConfigMap(t, env.Client, kvNS, proxy.KubeVirtCAName, string(proxy.EncodeCerts([]*x509.Certificate{kvA1})))
-	putCAConfigMap(t, env.Client, kvNS, proxy.ExternalCAName, operatorEntry)
-	putCAConfigMap(t, b.Client, kvNS, proxy.KubeVirtCAName, string(proxy.EncodeCerts([]*x509.Certificate{kvB1})))
-	putCAConfigMap(t, b.Client, kvNS, proxy.ExternalCAName, "") // as virt-operator creates it
+	operatorEntry := operatorComment + string(caexchange.EncodeCerts([]*x509.Certificate{kvOp}))
+	putCAConfigMap(t, env.Client, kvNS, caexchange.KubeVirtCAName, string(caexchange.EncodeCerts([]*x509.Certificate{kvA1})))
+	putCAConfigMap(t, env.Client, kvNS, caexchange.ExternalCAName, operatorEntry)
+	putCAConfigMap(t, b.Client, kvNS, caexchange.KubeVirtCAName, string(caexchange.EncodeCerts([]*x509.Certificate{kvB1})))
+	putCAConfigMap(t, b.Client, kvNS, caexchange.ExternalCAName, "") // as virt-operator creates it
 
 	pa, pb, pc, px := certstest.New(t, "cluster-a"), certstest.New(t, "cluster-b"), certstest.New(t, "cluster-c"), certstest.New(t, "intruder")
 	hopA, err := net.Listen("tcp", net.JoinHostPort(hopAddrA, "0"))
@@ -160,7 +161,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 		if !strings.HasPrefix(data, operatorEntry) {
 			return fmt.Errorf("the operator's entry was changed:\n%s", data)
 		}
-		if len(slots["cluster-b"]) != 1 || slots["cluster-b"][0] != proxy.Fingerprint(kvB1) {
+		if len(slots["cluster-b"]) != 1 || slots["cluster-b"][0] != caexchange.Fingerprint(kvB1) {
 			return fmt.Errorf("slots %v, want cluster-b: [kvB1]", slots)
 		}
 		return holds(got, []*x509.Certificate{kvOp, kvB1}, []*x509.Certificate{kvA1})
@@ -175,7 +176,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 
 	// 2. Rotation on B, as virt-operator does it: the new CA first with the
 	// old one kept for the overlap, then the old one dropped.
-	putCAConfigMap(t, b.Client, kvNS, proxy.KubeVirtCAName, string(proxy.EncodeCerts([]*x509.Certificate{kvB2, kvB1, kvA1})))
+	putCAConfigMap(t, b.Client, kvNS, caexchange.KubeVirtCAName, string(caexchange.EncodeCerts([]*x509.Certificate{kvB2, kvB1, kvA1})))
 	framework.Eventually(t, "during B's overlap, A trusts both of B's CAs", caSyncTimeout, func() error {
 		got, _, _, err := externalCA(env.Client, kvNS)
 		if err != nil {
@@ -184,7 +185,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 		// kvA1, merged into B's kubevirt-ca, is not echoed back to A.
 		return holds(got, []*x509.Certificate{kvOp, kvB2, kvB1}, []*x509.Certificate{kvA1})
 	})
-	putCAConfigMap(t, b.Client, kvNS, proxy.KubeVirtCAName, string(proxy.EncodeCerts([]*x509.Certificate{kvB2, kvA1})))
+	putCAConfigMap(t, b.Client, kvNS, caexchange.KubeVirtCAName, string(caexchange.EncodeCerts([]*x509.Certificate{kvB2, kvA1})))
 	framework.Eventually(t, "after B's overlap, A has B's new CA and not the old one", caSyncTimeout, func() error {
 		got, data, _, err := externalCA(env.Client, kvNS)
 		if err != nil {
@@ -208,7 +209,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 	}
 	kvIntruder := kubevirtCA(t)
 	untrusted := metricValue(t, "kvnet_proxy_refused_total", map[string]string{"side": "target", "reason": hop.RefusedUntrustedPeer.String()})
-	if err := offer(px, proxy.EncodeCerts([]*x509.Certificate{kvIntruder})); err == nil {
+	if err := offer(px, caexchange.EncodeCerts([]*x509.Certificate{kvIntruder})); err == nil {
 		t.Error("a peer that is not configured had its CA bundle accepted")
 	}
 	framework.Eventually(t, "the unconfigured peer's refusal is counted", caSyncTimeout, func() error {
@@ -220,7 +221,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 	badLabels := map[string]string{"peer": "cluster-c", "direction": "received", "reason": hop.RefusedBadCABundle.String()}
 	for what, bundle := range map[string][]byte{
 		"not PEM":            []byte("hello"),
-		"a leaf certificate": proxy.EncodeCerts([]*x509.Certificate{pc.Cert.Leaf}),
+		"a leaf certificate": caexchange.EncodeCerts([]*x509.Certificate{pc.Cert.Leaf}),
 	} {
 		before := metricValue(t, "kvnet_proxy_ca_exchange_failures_total", badLabels)
 		err := offer(pc, bundle)
@@ -237,7 +238,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 	}
 	// A configured peer writes its own slot, and only that: cluster A's
 	// entry stays beside it, and A's next offers leave C's alone.
-	if err := offer(pc, proxy.EncodeCerts([]*x509.Certificate{kvX})); err != nil {
+	if err := offer(pc, caexchange.EncodeCerts([]*x509.Certificate{kvX})); err != nil {
 		t.Fatalf("cluster C's offer: %v", err)
 	}
 	got, _, slots, err := externalCA(b.Client, kvNS)
@@ -247,7 +248,7 @@ func TestProxyKubeVirtCASync(t *testing.T) {
 	if err := holds(got, []*x509.Certificate{kvA1, kvX}, []*x509.Certificate{kvIntruder}); err != nil {
 		t.Fatalf("after cluster C's offer: %v", err)
 	}
-	if len(slots["cluster-c"]) != 1 || slots["cluster-c"][0] != proxy.Fingerprint(kvX) || len(slots["cluster-a"]) != 1 {
+	if len(slots["cluster-c"]) != 1 || slots["cluster-c"][0] != caexchange.Fingerprint(kvX) || len(slots["cluster-a"]) != 1 {
 		t.Fatalf("slots %v, want cluster-a: [kvA1], cluster-c: [kvX]", slots)
 	}
 	sent := map[string]string{"peer": "cluster-a", "direction": "received"}

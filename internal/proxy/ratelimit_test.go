@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvnet/kvnet/certs/certstest"
+	"github.com/kvnet/kvnet/internal/proxy/caexchange"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
@@ -89,7 +90,7 @@ func TestCAOffersAreRateLimitedPerPeer(t *testing.T) {
 	addr, refusals := hopServer(t, ts)
 	d := &Dialer{Cert: peerPKI.Cert, Mode: hop.ModeTLS}
 	peer := &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}
-	bundle := EncodeCerts([]*x509.Certificate{newCA(t, "cluster-a-kubevirt")})
+	bundle := caexchange.EncodeCerts([]*x509.Certificate{newCA(t, "cluster-a-kubevirt")})
 	for i := range burst {
 		if err := d.OfferCAs(context.Background(), peer, bundle); err != nil {
 			t.Fatalf("offer %d within the burst: %v", i, err)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
-	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/caexchange"
 )
 
 // The chart's RBAC for the KubeVirt CA exchange, on an API server that
@@ -91,9 +91,9 @@ func chartRBACOfTheKubeVirtCAExchange(t *testing.T, c chartCase, kvNS, user stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{proxy.KubeVirtCAName, proxy.ExternalCAName, "kubevirt-config"} {
+	for _, name := range []string{caexchange.KubeVirtCAName, caexchange.ExternalCAName, "kubevirt-config"} {
 		if err := cl.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: kvNS, Name: name},
-			Data: map[string]string{proxy.CABundleKey: string(ca.CertPEM)}}); err != nil {
+			Data: map[string]string{caexchange.CABundleKey: string(ca.CertPEM)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -109,7 +109,7 @@ func chartRBACOfTheKubeVirtCAExchange(t *testing.T, c chartCase, kvNS, user stri
 	}
 	local, err := cache.New(cfg, cache.Options{
 		Scheme: app.Scheme(), DefaultNamespaces: map[string]cache.Config{kvNS: {}},
-		ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", proxy.KubeVirtCAName)}},
+		ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", caexchange.KubeVirtCAName)}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func chartRBACOfTheKubeVirtCAExchange(t *testing.T, c chartCase, kvNS, user stri
 		t.Fatal("the proxy's informer on kubevirt-ca did not sync as the chart's ServiceAccount")
 	}
 
-	s := &proxy.CASync{Namespace: kvNS, Peers: []*proxy.Peer{{Name: "cluster-b"}}, LocalCA: local, APIReader: sa, Client: sa}
+	s := &caexchange.Sync{Namespace: kvNS, Peers: []caexchange.Peer{{Name: "cluster-b"}}, LocalCA: local, APIReader: sa, Client: sa}
 	if offer, err := s.LocalOffer(ctx); err != nil || len(offer) != 1 {
 		t.Fatalf("reading kubevirt-ca as the proxy: %d certificates, %v", len(offer), err)
 	}
@@ -148,9 +148,9 @@ func chartRBACOfTheKubeVirtCAExchange(t *testing.T, c chartCase, kvNS, user stri
 	forbidden("reading kubevirt-config", sa.Get(ctx, client.ObjectKey{Namespace: kvNS, Name: "kubevirt-config"}, &cm))
 	forbidden("listing every ConfigMap", sa.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(kvNS)))
 	forbidden("creating a ConfigMap", sa.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: kvNS, Name: "x"}}))
-	if err := sa.Get(ctx, client.ObjectKey{Namespace: kvNS, Name: proxy.KubeVirtCAName}, &cm); err != nil {
+	if err := sa.Get(ctx, client.ObjectKey{Namespace: kvNS, Name: caexchange.KubeVirtCAName}, &cm); err != nil {
 		t.Fatal(err)
 	}
-	cm.Data[proxy.CABundleKey] = "overwritten"
+	cm.Data[caexchange.CABundleKey] = "overwritten"
 	forbidden("updating kubevirt-ca", sa.Update(ctx, &cm))
 }

@@ -65,6 +65,8 @@ var mayImport = map[string][]string{
 	"internal/proxy/hop": {"internal/model"},
 	// The proxy's ConfigMaps: what they hold, not who reads it.
 	"internal/proxy/store": {},
+	// The CA exchange: what the hop carries, and its own metrics.
+	"internal/proxy/caexchange": {"internal/proxy/hop", "internal/metrics"},
 
 	// Wiring, tools and tests: anything.
 	"cmd":  {"*"},

@@ -11,6 +11,7 @@ import (
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/caexchange"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/webhook"
 )
@@ -30,5 +31,6 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 		migration.RegisterMetrics(reg),
 		persistentips.RegisterMetrics(reg),
 		proxy.RegisterMetrics(reg),
+		caexchange.RegisterMetrics(reg),
 	)
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/migration"
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/caexchange"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
 	"github.com/kvnet/kvnet/internal/proxy/store"
 	"github.com/kvnet/kvnet/webhook"
@@ -466,8 +467,8 @@ func (f *proxyFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.o.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout of each dial (peer proxy, target virt-handler)")
 	fs.DurationVar(&f.o.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close a stream that moved no byte for this long")
 	fs.BoolVar(&f.o.CASync, "kubevirt-ca-sync", true, "keep KubeVirt's CA bundles in step with the peers over the hop: offer kubevirt-ca, store theirs in kubevirt-external-ca (with --peers and the hop listener)")
-	fs.StringVar(&f.o.KubeVirtNamespace, "kubevirt-namespace", proxy.DefaultKubeVirtNamespace, "KubeVirt's namespace: kubevirt-ca and kubevirt-external-ca")
-	fs.DurationVar(&f.o.CASyncInterval, "kubevirt-ca-sync-interval", proxy.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
+	fs.StringVar(&f.o.KubeVirtNamespace, "kubevirt-namespace", caexchange.DefaultKubeVirtNamespace, "KubeVirt's namespace: kubevirt-ca and kubevirt-external-ca")
+	fs.DurationVar(&f.o.CASyncInterval, "kubevirt-ca-sync-interval", caexchange.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
 	fs.BoolVar(&f.o.ReceiveIdentities, "receive-network-identities", true, "take the network identity (claim IPs and MACs) of a migration from the peer it is bound to and write it into the receiving VM's IPAMClaims (with --peers and the hop listener)")
 	fs.BoolVar(&f.o.SendIdentities, "send-network-identities", true, "offer a migrating VM's network identity (claim IPs and MACs) to the peer its sending VMIM names, before the target pod exists (with --peers)")
 	registerMetricsFlags(fs, &f.o.MetricsAddr, &f.o.MetricsInsecure, &f.o.MetricsCertDir)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvnet/kvnet/internal/proxy"
+	"github.com/kvnet/kvnet/internal/proxy/caexchange"
 )
 
 // configMapCache is an informer on one ConfigMap (not on every ConfigMap
@@ -43,14 +44,14 @@ func configMapCache(mgr manager.Manager, namespace, name string) (cache.Cache, c
 func setupCASync(mgr manager.Manager, o ProxyOptions, dialer *proxy.Dialer, ts *proxy.TargetServer) error {
 	ns := o.KubeVirtNamespace
 	if ns == "" {
-		ns = proxy.DefaultKubeVirtNamespace
+		ns = caexchange.DefaultKubeVirtNamespace
 	}
-	local, inf, err := configMapCache(mgr, ns, proxy.KubeVirtCAName)
+	local, inf, err := configMapCache(mgr, ns, caexchange.KubeVirtCAName)
 	if err != nil {
 		return err
 	}
-	s := &proxy.CASync{
-		Namespace: ns, Peers: o.Peers, Dialer: dialer, Interval: o.CASyncInterval,
+	s := &caexchange.Sync{
+		Namespace: ns, Peers: proxy.CAPeers(o.Peers, dialer), Interval: o.CASyncInterval,
 		LocalCA: local, APIReader: mgr.GetAPIReader(), Client: mgr.GetClient(),
 		Log: mgr.GetLogger().WithName("migration-proxy").WithName("kubevirt-ca"),
 	}
@@ -59,7 +60,7 @@ func setupCASync(mgr manager.Manager, o ProxyOptions, dialer *proxy.Dialer, ts *
 		UpdateFunc: func(any, any) { s.Trigger() },
 		DeleteFunc: func(any) { s.Trigger() },
 	}); err != nil {
-		return fmt.Errorf("watching %s/%s: %w", ns, proxy.KubeVirtCAName, err)
+		return fmt.Errorf("watching %s/%s: %w", ns, caexchange.KubeVirtCAName, err)
 	}
 	ts.CAs = s
 	// The cache starts with the exchange, on the leader, and not in the

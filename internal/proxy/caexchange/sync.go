@@ -1,11 +1,10 @@
-package proxy
+package caexchange
 
 import (
 	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kvnet/kvnet/internal/metrics"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
@@ -52,6 +52,11 @@ var (
 	}, []string{"peer", "direction"})
 )
 
+// RegisterMetrics registers the exchange's metrics on reg.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	return metrics.Register(reg, caExchanges, caFailures, caLastSuccess)
+}
+
 const (
 	caSent     = "sent"
 	caReceived = "received"
@@ -66,26 +71,34 @@ func caFailed(peer, direction, reason string) {
 	caFailures.WithLabelValues(peer, direction, reason).Inc()
 }
 
-// CAReceiver stores a configured peer's checked KubeVirt CAs; the hop
-// listener calls it for each offer.
-type CAReceiver interface {
-	ReceiveCAs(ctx context.Context, peer string, certs []*x509.Certificate) error
+// Peer is a configured peer as the exchange sees it: its name, and how
+// to hand it a bundle.
+type Peer struct {
+	Name string
+	// Offer hands the peer a PEM bundle over the hop and returns once the
+	// peer stored it; a *hop.RefusedError says why it did not. Nil for a
+	// peer with no address, which only offers its bundle to us.
+	Offer func(ctx context.Context, bundle []byte) error
 }
 
-// CASync keeps this cluster's and its peers' KubeVirt CAs in step over the
+// CountRefusedOffer counts a peer's offer that the hop refused before it
+// reached the exchange (its rate, a bundle that does not parse).
+func CountRefusedOffer(peer string, why hop.RefusalCode) {
+	caFailed(peer, caReceived, why.String())
+}
+
+// Sync keeps this cluster's and its peers' KubeVirt CAs in step over the
 // hop: it offers the local kubevirt-ca to every peer (on each change and
 // every Interval), and, as the hop listener's CAReceiver, merges what a
 // peer offers into the peer's own slot of the local kubevirt-external-ca.
 // It must run on the leader only (like the hop listener): two writers
 // would only race for the same result.
-type CASync struct {
+type Sync struct {
 	// Namespace is KubeVirt's, where both ConfigMaps live.
 	Namespace string
-	// Peers are the configured peers; the ones with addresses are offered
+	// Peers are the configured peers; the ones with an Offer are offered
 	// the bundle.
-	Peers []*Peer
-	// Dialer opens the hop to a peer.
-	Dialer *Dialer
+	Peers []Peer
 	// Interval between offers besides those on change; zero means
 	// DefaultCASyncInterval.
 	Interval time.Duration
@@ -105,12 +118,12 @@ type CASync struct {
 	recvMu  sync.Mutex
 }
 
-func (c *CASync) init() {
+func (c *Sync) init() {
 	c.once.Do(func() { c.trigger = make(chan struct{}, 1) })
 }
 
 // Trigger asks for an offer to every peer now (kubevirt-ca changed).
-func (c *CASync) Trigger() {
+func (c *Sync) Trigger() {
 	c.init()
 	select {
 	case c.trigger <- struct{}{}:
@@ -119,7 +132,7 @@ func (c *CASync) Trigger() {
 }
 
 // Start offers the local bundle until ctx ends (manager.Runnable).
-func (c *CASync) Start(ctx context.Context) error {
+func (c *Sync) Start(ctx context.Context) error {
 	c.init()
 	for _, p := range c.Peers {
 		for _, d := range []string{caSent, caReceived} {
@@ -152,7 +165,7 @@ func (c *CASync) Start(ctx context.Context) error {
 // rotated-out one alive) and let trust spread from peer to peer. So the
 // offer is the first certificate, plus any still in the bundle that this
 // proxy saw first before (the previous CAs of a rotation).
-func (c *CASync) LocalOffer(ctx context.Context) ([]*x509.Certificate, error) {
+func (c *Sync) LocalOffer(ctx context.Context) ([]*x509.Certificate, error) {
 	var cm corev1.ConfigMap
 	if err := c.LocalCA.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: KubeVirtCAName}, &cm); err != nil {
 		return nil, fmt.Errorf("reading %s/%s: %w", c.Namespace, KubeVirtCAName, err)
@@ -166,7 +179,7 @@ func (c *CASync) LocalOffer(ctx context.Context) ([]*x509.Certificate, error) {
 
 // ownOf picks this cluster's own CAs out of kubevirt-ca's certificates
 // (see LocalOffer) and remembers the first as one of them.
-func (c *CASync) ownOf(certs []*x509.Certificate) []*x509.Certificate {
+func (c *Sync) ownOf(certs []*x509.Certificate) []*x509.Certificate {
 	if len(certs) == 0 {
 		return nil
 	}
@@ -194,12 +207,12 @@ func (c *CASync) ownOf(certs []*x509.Certificate) []*x509.Certificate {
 	return out
 }
 
-func (c *CASync) offerAll(ctx context.Context) {
+func (c *Sync) offerAll(ctx context.Context) {
 	certs, err := c.LocalOffer(ctx)
 	if err != nil {
 		c.Log.Error(err, "no KubeVirt CA bundle to offer the peers")
 		for _, p := range c.Peers {
-			if len(p.Addresses) > 0 {
+			if p.Offer != nil {
 				caFailed(p.Name, caSent, "no-local-bundle")
 			}
 		}
@@ -209,14 +222,14 @@ func (c *CASync) offerAll(ctx context.Context) {
 	bundle := EncodeCerts(certs)
 	var wg sync.WaitGroup
 	for _, p := range c.Peers {
-		if len(p.Addresses) == 0 {
+		if p.Offer == nil {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			log := c.Log.WithValues("peer", p.Name, "certificates", len(certs))
-			if err := c.Dialer.OfferCAs(ctx, p, bundle); err != nil {
+			if err := p.Offer(ctx, bundle); err != nil {
 				reason := "unreachable"
 				var ref *hop.RefusedError
 				if errors.As(err, &ref) {
@@ -233,85 +246,6 @@ func (c *CASync) offerAll(ctx context.Context) {
 	wg.Wait()
 }
 
-// OfferCAs hands bundle (PEM) to peer over the hop, always inside TLS, and
-// returns once the peer answered that it stored it (or why not).
-func (d *Dialer) OfferCAs(ctx context.Context, peer *Peer, bundle []byte) error {
-	req, err := hop.CAOffer{Bundle: bundle}.MarshalBinary()
-	if err != nil {
-		return err
-	}
-	return d.offer(ctx, peer, req, "the CA bundle")
-}
-
-// offer sends one request that is answered by a verdict (a CA offer, an
-// identity) to the first address of peer that takes it; a refusal ends
-// the attempt, since another address of the same peer would say the same.
-func (d *Dialer) offer(ctx context.Context, peer *Peer, req []byte, what string) error {
-	var errs []error
-	for _, addr := range peer.Addresses {
-		err := d.offerOne(ctx, peer, addr, req)
-		if err == nil {
-			return nil
-		}
-		var ref *hop.RefusedError
-		if errors.As(err, &ref) {
-			return err
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-	}
-	if len(errs) == 0 {
-		return fmt.Errorf("peer %s has no addresses", peer.Name)
-	}
-	return fmt.Errorf("no address of peer %s took %s: %w", peer.Name, what, errors.Join(errs...))
-}
-
-func (d *Dialer) offerOne(ctx context.Context, peer *Peer, addr string, req []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout())
-	defer cancel()
-	tc, raw, _, err := d.handshake(ctx, peer, addr)
-	if err != nil {
-		return err
-	}
-	defer raw.Close()
-	if _, err := tc.Write(req); err != nil {
-		return fmt.Errorf("sending the CA offer: %w", err)
-	}
-	return hop.ReadVerdict(tc)
-}
-
-// receiveCAs answers a configured peer's CA offer on the hop: check the
-// bundle, store it in that peer's slot, and say how it went.
-func (s *TargetServer) receiveCAs(ctx context.Context, log logr.Logger, peer *Peer, conn net.Conn, o *hop.CAOffer) {
-	log = log.WithValues("request", "ca-offer")
-	deny := func(r hop.RefusalCode, err error) {
-		s.refuse(log, peer.Name, r, err)
-		_, _ = conn.Write([]byte{byte(r)})
-	}
-	if s.CAs == nil {
-		deny(hop.RefusedCAExchangeOff, nil)
-		return
-	}
-	if _, caOffers := s.limiters(); !caOffers.allow(peer.Name, time.Now()) {
-		caFailed(peer.Name, caReceived, hop.RefusedCAOfferRate.String())
-		deny(hop.RefusedCAOfferRate, nil)
-		return
-	}
-	certs, err := ParseCABundle(o.Bundle, time.Now())
-	if err != nil {
-		caFailed(peer.Name, caReceived, hop.RefusedBadCABundle.String())
-		deny(hop.RefusedBadCABundle, err)
-		return
-	}
-	// The verdict must reach the peer before its handshake timeout.
-	ctx, cancel := context.WithTimeout(ctx, orDefault(s.HandshakeTimeout, DefaultHandshakeTimeout))
-	defer cancel()
-	if err := s.CAs.ReceiveCAs(ctx, peer.Name, certs); err != nil {
-		deny(hop.RefusedCAStore, err)
-		return
-	}
-	_, _ = conn.Write([]byte{byte(hop.Accepted)})
-}
-
 // errExternalCAMissing: kvnet does not create kubevirt-external-ca.
 // virt-operator does, and the proxy's RBAC grants no create in KubeVirt's
 // namespace (create cannot be limited by name).
@@ -320,7 +254,7 @@ var errExternalCAMissing = errors.New("it does not exist yet; virt-operator crea
 // ReceiveCAs implements CAReceiver: merge peer's CAs into its slot of
 // kubevirt-external-ca (see ExternalCAUpdate.Merge), with an optimistic
 // lock, retried on conflict.
-func (c *CASync) ReceiveCAs(ctx context.Context, peer string, certs []*x509.Certificate) error {
+func (c *Sync) ReceiveCAs(ctx context.Context, peer string, certs []*x509.Certificate) error {
 	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
 	configured := map[string]bool{}

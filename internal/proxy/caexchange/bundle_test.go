@@ -1,4 +1,4 @@
-package proxy
+package caexchange
 
 import (
 	"crypto/ecdsa"
@@ -15,15 +15,6 @@ import (
 	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/certs/certstest"
 )
-
-func newCA(t testing.TB, name string) *x509.Certificate {
-	t.Helper()
-	ca, err := certs.NewCA(name, time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca.Cert
-}
 
 func caAt(t testing.TB, name string, notBefore time.Time, life time.Duration) *x509.Certificate {
 	t.Helper()
@@ -216,7 +207,7 @@ func TestDecodeSlotsIgnoresGarbage(t *testing.T) {
 
 func TestLocalOfferIsOwnCAsOnly(t *testing.T) {
 	own1, own2, peer := newCA(t, "own1"), newCA(t, "own2"), newCA(t, "peer")
-	c := &CASync{}
+	c := &Sync{}
 	offer := func(bundle string) []string {
 		t.Helper()
 		var out []string
