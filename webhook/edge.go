@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -378,15 +380,19 @@ func (e *Edge) write(w http.ResponseWriter, apiVersion string, resp admission.Re
 	if apiVersion == "" {
 		apiVersion = "admission.k8s.io/v1"
 	}
-	out := admissionv1.AdmissionReview{Response: &resp.AdmissionResponse}
-	out.APIVersion, out.Kind = apiVersion, "AdmissionReview"
-	b, err := json.Marshal(out)
+	size := 256 + base64.StdEncoding.EncodedLen(len(resp.Patch))
+	for _, w := range resp.Warnings {
+		size += len(w) + 8
+	}
+	b, err := appendReview(make([]byte, 0, size), apiVersion, &resp.AdmissionResponse)
 	if err != nil {
 		e.Log.Error(err, "unable to encode the response")
 		failed := admission.Errored(http.StatusInternalServerError, err)
 		failed.UID = resp.UID
-		out.Response = &failed.AdmissionResponse
-		b, _ = json.Marshal(out)
+		b, _ = json.Marshal(admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "AdmissionReview"},
+			Response: &failed.AdmissionResponse,
+		})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if _, err := w.Write(b); err != nil {
