@@ -3,6 +3,7 @@ package chain
 import (
 	"context"
 
+	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/requested"
 )
 
@@ -12,7 +13,16 @@ import (
 // them: both read this one list. The namespace's labels are read only when
 // a rule selects on them.
 func (r *Request) WantedNetworks(ctx context.Context) ([]requested.Wanted, error) {
-	var out []requested.Wanted
+	var asked []config.Network
+	if v, ok := r.Meta.Annotations[requested.Annotation]; ok {
+		nets, errs := requested.Parse(v, requested.AnnotationPath)
+		if len(errs) > 0 {
+			return nil, r.Invalid(errs)
+		}
+		asked = nets
+	}
+	var matched []*config.NetworkRule
+	count := len(asked)
 	var nsLabels map[string]string
 	nsRead := false
 	for i := range r.Config.NetworkRules {
@@ -24,21 +34,23 @@ func (r *Request) WantedNetworks(ctx context.Context) ([]requested.Wanted, error
 			}
 			nsRead = true
 		}
-		if !rule.Matches(nsLabels, r.Meta.Labels) {
-			continue
+		if rule.Matches(nsLabels, r.Meta.Labels) {
+			matched = append(matched, rule)
+			count += len(rule.Networks)
 		}
+	}
+	if count == 0 {
+		return nil, nil
+	}
+	// One allocation: a Wanted holds a whole config.Network.
+	out := make([]requested.Wanted, 0, count)
+	for _, rule := range matched {
 		for _, n := range rule.Networks {
 			out = append(out, requested.Wanted{Rule: rule.Name, Network: n})
 		}
 	}
-	if v, ok := r.Meta.Annotations[requested.Annotation]; ok {
-		nets, errs := requested.Parse(v, requested.AnnotationPath)
-		if len(errs) > 0 {
-			return nil, r.Invalid(errs)
-		}
-		for _, n := range nets {
-			out = append(out, requested.Wanted{Rule: requested.Annotation, Network: n})
-		}
+	for _, n := range asked {
+		out = append(out, requested.Wanted{Rule: requested.Annotation, Network: n})
 	}
 	return out, nil
 }
