@@ -6,12 +6,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +39,10 @@ type loadtestOptions struct {
 	serve   string
 	port    int
 	certDir string
+	// profileDir, when set, makes each server write a CPU profile of the
+	// whole run and a heap profile at its end there (<mode>.cpu.pprof,
+	// <mode>.heap.pprof), to read with go tool pprof.
+	profileDir string
 }
 
 func main() {
@@ -74,7 +81,7 @@ bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
 			if o.serve != "" {
 				// kvnet webhook's default logger: zap, Info and above, to stderr.
 				ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zap.Options{})))
-				return loadtest.Serve(cmd.Context(), o.serve, "127.0.0.1", o.port, o.certDir)
+				return serveProfiled(cmd.Context(), o)
 			}
 			return runLoadtest(cmd.Context(), cmd.OutOrStdout(), o)
 		},
@@ -90,6 +97,7 @@ bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
 	fs.StringVar(&o.serve, "serve", "", "internal: serve floor or kvnet instead of sending load")
 	fs.IntVar(&o.port, "port", 0, "internal: port for --serve")
 	fs.StringVar(&o.certDir, "cert-dir", "", "internal: certificates for --serve")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "write each server's CPU profile of the run and its heap profile at the end into this directory")
 	_ = fs.MarkHidden("serve")
 	_ = fs.MarkHidden("port")
 	_ = fs.MarkHidden("cert-dir")
@@ -136,7 +144,7 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 			return err
 		}
 		for _, mode := range []string{"floor", "kvnet"} {
-			t, stop, err := startServer(ctx, mode, dir)
+			t, stop, err := startServer(ctx, mode, dir, o.profileDir)
 			if err != nil {
 				return err
 			}
@@ -231,7 +239,7 @@ func ms(d time.Duration) string {
 }
 
 // startServer runs this binary with --serve mode on a free loopback port.
-func startServer(ctx context.Context, mode, certDir string) (loadtest.Target, func(), error) {
+func startServer(ctx context.Context, mode, certDir, profileDir string) (loadtest.Target, func(), error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return loadtest.Target{}, nil, err
@@ -242,7 +250,11 @@ func startServer(ctx context.Context, mode, certDir string) (loadtest.Target, fu
 	if err != nil {
 		return loadtest.Target{}, nil, err
 	}
-	cmd := exec.CommandContext(ctx, self, "--serve", mode, "--port", strconv.Itoa(port), "--cert-dir", certDir)
+	args := []string{"--serve", mode, "--port", strconv.Itoa(port), "--cert-dir", certDir}
+	if profileDir != "" {
+		args = append(args, "--profile-dir", profileDir)
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return loadtest.Target{}, nil, err
@@ -259,4 +271,27 @@ func startServer(ctx context.Context, mode, certDir string) (loadtest.Target, fu
 		}
 	}
 	return loadtest.Target{Name: mode, URL: fmt.Sprintf("https://127.0.0.1:%d", port), PID: cmd.Process.Pid}, stop, nil
+}
+
+// serveProfiled serves o.serve, profiled when o.profileDir is set.
+func serveProfiled(ctx context.Context, o *loadtestOptions) error {
+	if o.profileDir == "" {
+		return loadtest.Serve(ctx, o.serve, "127.0.0.1", o.port, o.certDir)
+	}
+	cpu, err := os.Create(filepath.Join(o.profileDir, o.serve+".cpu.pprof"))
+	if err != nil {
+		return err
+	}
+	defer cpu.Close()
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		return err
+	}
+	serveErr := loadtest.Serve(ctx, o.serve, "127.0.0.1", o.port, o.certDir)
+	pprof.StopCPUProfile()
+	heap, err := os.Create(filepath.Join(o.profileDir, o.serve+".heap.pprof"))
+	if err != nil {
+		return errors.Join(serveErr, err)
+	}
+	defer heap.Close()
+	return errors.Join(serveErr, pprof.Lookup("heap").WriteTo(heap, 0))
 }
