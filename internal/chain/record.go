@@ -63,6 +63,11 @@ func addChange(changes []Change, key Change, networks []string) []Change {
 		}
 	}
 	key.Networks = networks
+	if changes == nil {
+		// A VM that kvnet changes usually gets a handful of entries (the
+		// networks, per rule, vDPA, kube-ovn): grow once, not per entry.
+		changes = make([]Change, 0, 6)
+	}
 	return append(changes, key)
 }
 
@@ -84,27 +89,17 @@ func recordInto(annotations *map[string]string, changes []Change) error {
 	if len(changes) == 0 {
 		return nil
 	}
-	var all []Change
+	// changes holds each (mutator, rule, peer) once already (addChange):
+	// with no earlier record it is the record.
+	all := changes
 	if prev := (*annotations)[MutationsAnnotation]; prev != "" {
+		var before []Change
 		// A record we cannot read is replaced, not fatal: it is informational.
-		_ = json.Unmarshal([]byte(prev), &all)
-	}
-	for _, c := range changes {
-		merged := false
-		for i := range all {
-			if all[i].Mutator == c.Mutator && all[i].Rule == c.Rule && all[i].LeftTo == c.LeftTo {
-				for _, n := range c.Networks {
-					if !slices.Contains(all[i].Networks, n) {
-						all[i].Networks = append(all[i].Networks, n)
-					}
-				}
-				merged = true
-				break
-			}
+		_ = json.Unmarshal([]byte(prev), &before)
+		for _, c := range changes {
+			before = addChange(before, Change{Mutator: c.Mutator, Rule: c.Rule, LeftTo: c.LeftTo}, c.Networks)
 		}
-		if !merged {
-			all = append(all, c)
-		}
+		all = before
 	}
 	b, err := json.Marshal(all)
 	if err != nil {
