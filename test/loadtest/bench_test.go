@@ -152,3 +152,37 @@ func TestMigrationStatusPatchIsTwoAdds(t *testing.T) {
 		t.Fatalf("patch %s, want adds of targetNodeAddress and targetDirectMigrationNodePorts", resp.Patch)
 	}
 }
+
+// allocBounds are the allocations per request of the VM and VMI webhooks,
+// in process and with the request's own building, as the work on their
+// cost left them (vm 160, vmi 152, vm-validate 220, vmi-validate 205),
+// with a tenth of room for what a sync.Pool emptied by a collection costs.
+// A change that allocates more per request fails here, not in a timing.
+var allocBounds = map[string]float64{"vm": 176, "vmi": 167, "vm-validate": 242, "vmi-validate": 225}
+
+func TestVMPathAllocationsStayBounded(t *testing.T) {
+	f, bodies := fixture(t)
+	kv := f.KvnetMux()
+	seen := 0
+	for _, b := range bodies {
+		bound, ok := allocBounds[b.Name]
+		if !ok {
+			continue
+		}
+		seen++
+		got := testing.AllocsPerRun(500, func() {
+			rec := httptest.NewRecorder()
+			kv.ServeHTTP(rec, newRequest(b.Path, b.Review))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("%s: status %d", b.Name, rec.Code)
+			}
+		})
+		t.Logf("%s: %.0f allocations per request (bound %.0f)", b.Name, got, bound)
+		if got > bound {
+			t.Errorf("%s: %.0f allocations per request, over the bound of %.0f", b.Name, got, bound)
+		}
+	}
+	if seen != len(allocBounds) {
+		t.Fatalf("measured %d of the %d bounded bodies: a body was renamed", seen, len(allocBounds))
+	}
+}
