@@ -192,6 +192,8 @@ type viewHandler interface {
 
 // ServeHTTP implements http.Handler.
 func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var buffers answerBuffers
+	defer buffers.release()
 	vh, _ := e.Handler.(viewHandler)
 	var view any
 	if vh != nil {
@@ -216,7 +218,7 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, errTooLarge) {
 			code = http.StatusRequestEntityTooLarge
 		}
-		e.write(w, "", admission.Errored(code, err))
+		e.write(w, "", admission.Errored(code, err), &buffers)
 		return
 	}
 	req := admission.Request{AdmissionRequest: rv.Request.AdmissionRequest}
@@ -230,8 +232,8 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return vh.handleView(ctx, req, view)
 		}
 	}
-	resp := e.handle(ctx, req, handler)
-	e.write(w, rv.APIVersion, resp)
+	resp := e.handle(ctx, req, handler, &buffers)
+	e.write(w, rv.APIVersion, resp, &buffers)
 }
 
 // readReview reads and decodes the body: JSON, a known AdmissionReview
@@ -321,7 +323,7 @@ func readBody(r io.Reader, announced int64) ([]byte, error) {
 
 // handle runs the handler and completes its answer. A panic here is a
 // second net: kvnet's handlers run in Serve, which recovers their own.
-func (e *Edge) handle(ctx context.Context, req admission.Request, handler func(context.Context, admission.Request) admission.Response) (resp admission.Response) {
+func (e *Edge) handle(ctx context.Context, req admission.Request, handler func(context.Context, admission.Request) admission.Response, buffers *answerBuffers) (resp admission.Response) {
 	defer func() {
 		if p := recover(); p != nil {
 			logf.FromContext(ctx).Error(fmt.Errorf("%v", p), "handler panicked")
@@ -330,7 +332,7 @@ func (e *Edge) handle(ctx context.Context, req admission.Request, handler func(c
 		}
 	}()
 	resp = handler(ctx, req)
-	if err := encodePatch(&resp); err != nil {
+	if err := encodePatch(&resp, buffers); err != nil {
 		logf.FromContext(ctx).Error(err, "unable to encode the patch")
 		resp = admission.Errored(http.StatusInternalServerError, errors.New("unable to encode response"))
 	}
@@ -354,7 +356,7 @@ type patchOp struct {
 // encodePatch encodes resp.Patches into resp.Patch, as resp.Complete
 // would. An add or replace of a nil value (which must say "value": null,
 // where omitempty would drop it) is left to Complete.
-func encodePatch(resp *admission.Response) error {
+func encodePatch(resp *admission.Response, buffers *answerBuffers) error {
 	if len(resp.Patches) == 0 {
 		return nil
 	}
@@ -365,10 +367,12 @@ func encodePatch(resp *admission.Response) error {
 		}
 		ops[i] = patchOp{Op: op.Operation, Path: op.Path, Value: op.Value}
 	}
-	b, err := json.Marshal(ops)
-	if err != nil {
+	buf := bytes.NewBuffer(buffers.get(&buffers.patch, 2<<10))
+	if err := json.NewEncoder(buf).Encode(ops); err != nil {
 		return err
 	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n")) // Encode ends its value with a newline
+	buffers.keep(buffers.patch, b)
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType, resp.Patches = b, &pt, nil
 	return nil
@@ -376,7 +380,7 @@ func encodePatch(resp *admission.Response) error {
 
 // write encodes the answer as an AdmissionReview of the request's version
 // (v1 when the request named none).
-func (e *Edge) write(w http.ResponseWriter, apiVersion string, resp admission.Response) {
+func (e *Edge) write(w http.ResponseWriter, apiVersion string, resp admission.Response, buffers *answerBuffers) {
 	if apiVersion == "" {
 		apiVersion = "admission.k8s.io/v1"
 	}
@@ -384,7 +388,8 @@ func (e *Edge) write(w http.ResponseWriter, apiVersion string, resp admission.Re
 	for _, w := range resp.Warnings {
 		size += len(w) + 8
 	}
-	b, err := appendReview(make([]byte, 0, size), apiVersion, &resp.AdmissionResponse)
+	b, err := appendReview(buffers.get(&buffers.answer, size), apiVersion, &resp.AdmissionResponse)
+	buffers.keep(buffers.answer, b)
 	if err != nil {
 		e.Log.Error(err, "unable to encode the response")
 		failed := admission.Errored(http.StatusInternalServerError, err)
