@@ -203,7 +203,7 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// so that it cannot cut a slow handler's answer or the next request.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(cmp.Or(e.BodyTimeout, DefaultBodyTimeout)))
-	rv, err := readReview(r, view)
+	rv, err := readReview(r, view, &buffers)
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || r.Context().Err() != nil {
@@ -238,7 +238,7 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // readReview reads and decodes the body: JSON, a known AdmissionReview
 // version, at most maxReview bytes.
-func readReview(r *http.Request, view any) (*review, error) {
+func readReview(r *http.Request, view any, buffers *answerBuffers) (*review, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, errors.New("request body is empty")
 	}
@@ -246,7 +246,8 @@ func readReview(r *http.Request, view any) (*review, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		return nil, fmt.Errorf("contentType=%s, expected application/json", ct)
 	}
-	body, err := readBody(r.Body, r.ContentLength)
+	body, err := readBody(r.Body, r.ContentLength, buffers.get(&buffers.body, 0))
+	buffers.keep(buffers.body, body)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
 			return nil, err
@@ -287,8 +288,8 @@ const firstRead = 64 << 10
 
 // readBody reads a body of at most maxReview bytes, growing its buffer as
 // bytes arrive rather than by what Content-Length announces (announced is
-// only a hint, up to firstRead).
-func readBody(r io.Reader, announced int64) ([]byte, error) {
+// only a hint, up to firstRead), into buf when it is large enough.
+func readBody(r io.Reader, announced int64, buf []byte) ([]byte, error) {
 	if announced > maxReview {
 		return nil, errTooLarge
 	}
@@ -296,7 +297,10 @@ func readBody(r io.Reader, announced int64) ([]byte, error) {
 	if announced > 0 {
 		size = min(announced, firstRead) + 1 // +1: room to see the EOF without growing
 	}
-	buf := make([]byte, 0, size)
+	if int64(cap(buf)) < size {
+		buf = make([]byte, 0, size)
+	}
+	buf = buf[:0]
 	for {
 		if len(buf) == cap(buf) {
 			if len(buf) > maxReview {
