@@ -7,9 +7,13 @@ import (
 	"net/http"
 	"testing"
 
+	jsonpatch "gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -67,5 +71,46 @@ func TestAppendReviewStatusWithListMeta(t *testing.T) {
 	got, err := appendReview(nil, "v", &resp.AdmissionResponse)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("got %s (%v), want %s", got, err, want)
+	}
+}
+
+// The patch is encoded by segmentio/encoding; it must be byte for byte
+// what encoding/json writes for the same operations, whatever the values:
+// KubeVirt's lists, maps (sorted keys), quantities (their MarshalJSON),
+// strings HTML and JavaScript escape or repair, a remove's absent value.
+func TestPatchEncodingIsEncodingJSONs(t *testing.T) {
+	bootOrder := uint(2)
+	ops := []jsonpatch.Operation{
+		{Operation: "add", Path: "/metadata/annotations/kvnet.io~1mutations", Value: `[{"mutator":"kube-ovn"}] <= v1.12 & "more" ` + "\u2028 bad \xff"},
+		{Operation: "add", Path: "/spec/template/metadata/annotations", Value: map[string]string{"z": "1", "a": "<2>", "m": ""}},
+		{Operation: "add", Path: "/spec/template/spec/networks", Value: []kubevirtv1.Network{
+			{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}},
+			{Name: "ovn", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "tenant-a/ovn", Default: true}}},
+		}},
+		{Operation: "add", Path: "/spec/template/spec/domain/devices/interfaces/-", Value: kubevirtv1.Interface{
+			Name: "dp", Binding: &kubevirtv1.PluginBinding{Name: "vdpa"}, MacAddress: "02:00:00:00:00:01", BootOrder: &bootOrder,
+			Ports: []kubevirtv1.Port{{Name: "http", Port: 80}}, ACPIIndex: 3,
+		}},
+		{Operation: "replace", Path: "/spec/template/spec/domain/devices/networkInterfaceMultiqueue", Value: false},
+		{Operation: "add", Path: "/spec/template/spec/domain/memory", Value: &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("8Gi")),
+			ReservedOverhead: &kubevirtv1.ReservedOverhead{MemLock: ptr.To(kubevirtv1.MemLockRequirement(kubevirtv1.MemLockRequired))}}},
+		{Operation: "remove", Path: "/spec/template/spec/domain/devices/interfaces/1"},
+	}
+	resp := admission.Patched("", ops...)
+	var buffers answerBuffers
+	defer buffers.release()
+	if err := encodePatch(&resp, &buffers); err != nil {
+		t.Fatal(err)
+	}
+	plain := make([]patchOp, len(ops))
+	for i, op := range ops {
+		plain[i] = patchOp{Op: op.Operation, Path: op.Path, Value: op.Value}
+	}
+	want, err := json.Marshal(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(resp.Patch, want) {
+		t.Fatalf("patch:\n got %s\nwant %s", resp.Patch, want)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-logr/logr"
+	segjson "github.com/segmentio/encoding/json"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -371,11 +372,14 @@ func encodePatch(resp *admission.Response, buffers *answerBuffers) error {
 		}
 		ops[i] = patchOp{Op: op.Operation, Path: op.Path, Value: op.Value}
 	}
-	buf := bytes.NewBuffer(buffers.get(&buffers.patch, 2<<10))
-	if err := json.NewEncoder(buf).Encode(ops); err != nil {
+	// segmentio/encoding writes what encoding/json writes (the flags are
+	// its Marshal's, TestPatchEncodingIsEncodingJSONs holds them to the same
+	// bytes) in a third of its time: the patch's KubeVirt structs were a
+	// sixth of a VM mutation's CPU under encoding/json's reflection.
+	b, err := segjson.Append(buffers.get(&buffers.patch, 2<<10), ops, segjson.EscapeHTML|segjson.SortMapKeys)
+	if err != nil {
 		return err
 	}
-	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n")) // Encode ends its value with a newline
 	buffers.keep(buffers.patch, b)
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType, resp.Patches = b, &pt, nil
