@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kvnet/kvnet/internal/model/dnsname"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 )
 
@@ -82,7 +83,7 @@ func ValidateNetwork(n Network, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if n.Name == "" {
 		errs = append(errs, field.Required(p.Child("name"), "the VMI network and interface name"))
-	} else {
+	} else if !dnsname.Label(n.Name) { // the library's regular expression only for its message
 		for _, msg := range validation.IsDNS1123Label(n.Name) {
 			errs = append(errs, field.Invalid(p.Child("name"), n.Name, msg))
 		}
@@ -105,6 +106,9 @@ func ValidateNetwork(n Network, p *field.Path) field.ErrorList {
 }
 
 func validateBindingName(b string, p *field.Path) field.ErrorList {
+	if dnsname.Label(b) {
+		return nil
+	}
 	var errs field.ErrorList
 	for _, msg := range validation.IsDNS1123Label(b) {
 		errs = append(errs, field.Invalid(p, b, "want auto, bridge, sriov or the name of a binding plugin in the KubeVirt CR: "+msg))

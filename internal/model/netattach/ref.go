@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kvnet/kvnet/internal/model/dnsname"
 )
 
 // Ref names a NetworkAttachmentDefinition as KubeVirt's multus.networkName
@@ -37,12 +39,12 @@ func ParseRef(s string) (Ref, error) {
 	// the rest of an admission's NAD lookup; a valid reference (nearly
 	// every one) passes the byte checks below, and only one they refuse
 	// goes to the library, for its messages.
-	if found && !isDNSLabel(ns) {
+	if found && !dnsname.Label(ns) {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			return Ref{}, fmt.Errorf("namespace %q: %s", ns, strings.Join(msgs, "; "))
 		}
 	}
-	if !isDNSSubdomain(name) {
+	if !dnsname.Subdomain(name) {
 		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
 			return Ref{}, fmt.Errorf("name %q: %s", name, strings.Join(msgs, "; "))
 		}
@@ -112,41 +114,4 @@ func RefOf(s string) Ref {
 		return Ref{invalid: err.Error(), text: s}
 	}
 	return r
-}
-
-// isDNSLabel reports whether s is an RFC 1123 label: at most 63 of a-z,
-// 0-9 and '-', starting and ending with a letter or digit.
-func isDNSLabel(s string) bool {
-	return len(s) <= validation.DNS1123LabelMaxLength && isLabel(s)
-}
-
-// isDNSSubdomain reports whether s is an RFC 1123 subdomain: at most 253
-// characters, labels (of any length) joined by single dots.
-func isDNSSubdomain(s string) bool {
-	if len(s) > validation.DNS1123SubdomainMaxLength {
-		return false
-	}
-	for {
-		label, rest, dot := strings.Cut(s, ".")
-		if !isLabel(label) {
-			return false
-		}
-		if !dot {
-			return true
-		}
-		s = rest
-	}
-}
-
-// isLabel: one or more of a-z, 0-9 and '-', not starting or ending with '-'.
-func isLabel(s string) bool {
-	if s == "" || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
 }
