@@ -199,3 +199,20 @@ func TestProxyRequiresAllowedSources(t *testing.T) {
 		t.Fatalf("kvnet proxy --allowed-sources=0.0.0.0/0: err = %v, want it past the flag (failing on --peers)", err)
 	}
 }
+
+// The profiles have no authentication: kvnet webhook serves them only on a
+// loopback address, and refuses any other before it reads anything else.
+func TestPprofOnlyOnLoopback(t *testing.T) {
+	for _, addr := range []string{":6060", "0.0.0.0:6060", "[::]:6060", "192.0.2.1:6060", "kvnet.example:6060", "6060"} {
+		_, _, err := run(t, "", "webhook", "--pprof-bind-address="+addr, "--config=/nonexistent/config.yaml")
+		if err == nil || !strings.Contains(err.Error(), "--pprof-bind-address") || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("--pprof-bind-address=%s: err = %v, want the loopback refusal naming the flag", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:6060", "[::1]:6060", "localhost:6060", ""} {
+		_, _, err := run(t, "", "webhook", "--pprof-bind-address="+addr, "--config=/nonexistent/config.yaml")
+		if err == nil || strings.Contains(err.Error(), "pprof") || !strings.Contains(err.Error(), "config") {
+			t.Errorf("--pprof-bind-address=%q: err = %v, want it past the flag (failing on the config)", addr, err)
+		}
+	}
+}

@@ -3,7 +3,9 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -42,10 +44,13 @@ type ServeOptions struct {
 	// MetricsAddr, MetricsInsecure and MetricsCertDir are where and how
 	// /metrics is served (MetricsServing); the zero values of the last two
 	// are HTTPS with the API server's authentication and authorization.
-	MetricsAddr      string
-	MetricsInsecure  bool
-	MetricsCertDir   string
-	ProbeAddr        string
+	MetricsAddr     string
+	MetricsInsecure bool
+	MetricsCertDir  string
+	ProbeAddr       string
+	// PprofAddr serves Go's profiles (/debug/pprof/) on a loopback
+	// address, for an operator's kubectl port-forward; empty is off.
+	PprofAddr        string
 	TLSMinVersion    string
 	LeaderElect      bool
 	Namespace        string
@@ -74,6 +79,7 @@ func (o *ServeOptions) register(c *cobra.Command) {
 	fs.StringVar(&o.Host, "webhook-host", "", "address the webhooks bind (default all)")
 	registerMetricsFlags(fs, &o.MetricsAddr, &o.MetricsInsecure, &o.MetricsCertDir)
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", "serve Go's CPU, heap and goroutine profiles at /debug/pprof/ on this loopback host:port (reach it with kubectl port-forward); empty: off")
 	fs.StringVar(&o.TLSMinVersion, "tls-min-version", "1.2", "minimum TLS version of the webhooks: 1.2 or 1.3")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader for the controllers (webhooks run on every replica)")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "kvnet-controllers", "lease name for leader election")
@@ -171,6 +177,10 @@ func newWebhookManagerBase(restCfg *rest.Config, o ServeOptions) (manager.Manage
 		return nil, MetricsServing{}, err
 	}
 	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = durationOrNil(o.LeaseDuration), durationOrNil(o.RenewDeadline), durationOrNil(o.RetryPeriod)
+	if err := pprofAddress(o.PprofAddr); err != nil {
+		return nil, MetricsServing{}, err
+	}
+	mo.PprofBindAddress = o.PprofAddr
 	mo.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
 		Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts,
 	})
@@ -258,6 +268,9 @@ func webhookCommand() *cobra.Command {
 			if _, err := o.metrics().serverOptions(); err != nil {
 				return err
 			}
+			if err := pprofAddress(o.PprofAddr); err != nil {
+				return err
+			}
 			log := zap.New(zap.UseFlagOptions(&zo))
 			ctrl.SetLogger(log)
 			w, err := config.NewWatcher(o.ConfigPath, o.Namespace, log.WithName("config"))
@@ -286,4 +299,23 @@ func webhookCommand() *cobra.Command {
 	zo.BindFlags(gofs)
 	c.Flags().AddGoFlagSet(gofs)
 	return c
+}
+
+// pprofAddress accepts an empty --pprof-bind-address (off) or a loopback
+// one: the profiles show memory contents and have no authentication, so
+// only a port-forward into the pod may reach them.
+func pprofAddress(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err == nil && host != "localhost" {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			err = errors.New("not a loopback address")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("--pprof-bind-address %q: %v; the profiles have no authentication, so they are served only on a loopback host:port (127.0.0.1:6060, [::1]:6060, localhost:6060), reached with kubectl port-forward", addr, err)
+	}
+	return nil
 }
