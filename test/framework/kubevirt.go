@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -354,13 +355,31 @@ func (kv *KubeVirt) start(ctx context.Context, name, readyPath string, args func
 	return 0, fmt.Errorf("%s: %w; its log:\n%s", name, lastErr, kv.procs[len(kv.procs)-1].tail(40))
 }
 
+// handedOut are the ports freePort has returned in this process: the
+// kernel may give a port just closed to the next listen on :0, so two
+// calls in a row (a webhook port, then a metrics port) could return the
+// same one, and the second server would fail to bind.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no loopback port that this process has not handed out already")
 }
 
 // registerWebhooks creates virt-api's two configurations exactly as
