@@ -86,11 +86,13 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 		t.Fatalf("the chart turns metrics authentication off: --metrics-secure=%s", secure)
 	}
 	metricsAddr := hostPort(t, "127.0.0.1")
+	pprofAddr := hostPort(t, "127.0.0.1")
 	// Only where things live on this machine changes; later flags win.
 	args = append(args,
 		"--config="+cfgPath, "--cert-dir="+filepath.Join(dir, "certs"), "--metrics-cert-dir="+filepath.Join(dir, "certs"),
 		fmt.Sprintf("--webhook-port=%d", framework.FreePort(t)), "--webhook-host=127.0.0.1",
 		"--metrics-bind-address="+metricsAddr, fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
+		"--pprof-bind-address="+pprofAddr,
 	)
 	sa := dep.Spec.Template.Spec.ServiceAccountName
 	p := startAs(t, kvnet, args, c.namespace, "system:serviceaccount:"+c.namespace+":"+sa,
@@ -141,6 +143,7 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 		}
 		return nil
 	})
+	checkIdleFootprint(t, p.pid, pprofAddr)
 	var secret corev1.Secret
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname + "-webhook-cert"}, &secret); err != nil {
 		t.Fatalf("kvnet's Secret: %v", err)
@@ -219,6 +222,7 @@ type process struct {
 	logs *bytes.Buffer
 	done chan struct{}
 	err  error
+	pid  int
 }
 
 // startAs runs kvnet with args as user (by impersonation) with
@@ -233,6 +237,7 @@ func startAs(t *testing.T, kvnet string, args []string, podNamespace, user strin
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p.pid = cmd.Process.Pid
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
