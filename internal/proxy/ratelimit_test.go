@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/internal/proxy/caexchange"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
@@ -90,13 +91,17 @@ func TestCAOffersAreRateLimitedPerPeer(t *testing.T) {
 	addr, refusals := hopServer(t, ts)
 	d := &Dialer{Cert: peerPKI.Cert, Mode: hop.ModeTLS}
 	peer := &Peer{Name: "cluster-b", Addresses: []string{addr}, CAs: self.Pool}
-	bundle := caexchange.EncodeCerts([]*x509.Certificate{newCA(t, "cluster-a-kubevirt")})
+	ca, err := certs.NewCA("cluster-a-kubevirt", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := caexchange.EncodeCerts([]*x509.Certificate{ca.Cert})
 	for i := range burst {
 		if err := d.OfferCAs(context.Background(), peer, bundle); err != nil {
 			t.Fatalf("offer %d within the burst: %v", i, err)
 		}
 	}
-	err := d.OfferCAs(context.Background(), peer, bundle)
+	err = d.OfferCAs(context.Background(), peer, bundle)
 	var ref *hop.RefusedError
 	if !errors.As(err, &ref) || ref.Reason != hop.RefusedCAOfferRate {
 		t.Fatalf("the offer over the burst: got %v, want refused %s", err, hop.RefusedCAOfferRate)

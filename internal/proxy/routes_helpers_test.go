@@ -1,13 +1,9 @@
 package proxy
 
 import (
-	"crypto/x509"
 	"net"
 	"net/netip"
-	"testing"
-	"time"
 
-	"github.com/kvnet/kvnet/certs"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
@@ -21,13 +17,4 @@ func blueIdentity(id string) hop.Identity {
 		{Name: "blue", NetworkName: "tenant-blue", MAC: net.HardwareAddr{0x02, 0x00, 0x00, 0x0a, 0x01, 0x05},
 			IPs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24"), netip.MustParsePrefix("fd00:1::5/64")}},
 	}}
-}
-
-func newCA(t testing.TB, name string) *x509.Certificate {
-	t.Helper()
-	ca, err := certs.NewCA(name, time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca.Cert
 }
