@@ -10,6 +10,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -36,6 +37,7 @@ var mayImport = map[string][]string{
 	// An annotation's network is a config network, validated as one.
 	"internal/model/requested": {"internal/model", "internal/config"},
 	"internal/metrics":         {},
+	"internal/metricsauth":     {},
 	"internal/benchmark":       {},
 	"internal/version":         {},
 	"internal/apijson":         {},
@@ -251,6 +253,42 @@ func TestRaceTierNamesExist(t *testing.T) {
 	for _, name := range strings.Split(inner, "|") {
 		if !defined[name] {
 			t.Errorf("RACE_INTEGRATION names %s, which is no test function of test/", name)
+		}
+	}
+}
+
+// notLinked are module paths the kvnet binary must not link, each with
+// why. controller-runtime's metrics filters (k8s.io/apiserver's delegating
+// authenticator and authorizer) brought all of them in: 30 MB of an 83 MB
+// binary, whose touched pages are most of a webhook's resident memory;
+// internal/metricsauth does the same job with two API calls.
+var notLinked = map[string]string{
+	"k8s.io/apiserver/":          "the API server's libraries (use internal/metricsauth for metrics authorization)",
+	"github.com/google/cel-go/":  "CEL, which only k8s.io/apiserver's authorizers need",
+	"google.golang.org/grpc":     "gRPC, which only k8s.io/apiserver's egress selector needs",
+	"go.opentelemetry.io/":       "OpenTelemetry, which only k8s.io/apiserver's tracing needs",
+	"github.com/antlr4-go/antlr": "ANTLR, CEL's parser",
+}
+
+// TestBinaryLinksNoAPIServer: `go list -deps ./cmd/kvnet` holds none of
+// notLinked, so that a new import cannot bring back the megabytes that were
+// cut (docs/performance.md, "Memory").
+func TestBinaryLinksNoAPIServer(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "./cmd/kvnet")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/kvnet: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 {
+		t.Fatalf("go list -deps ./cmd/kvnet gave %d packages; want the binary's whole graph", len(deps))
+	}
+	for _, p := range deps {
+		for prefix, why := range notLinked {
+			if strings.HasPrefix(p, prefix) {
+				t.Errorf("the kvnet binary links %s: %s", p, why)
+			}
 		}
 	}
 }

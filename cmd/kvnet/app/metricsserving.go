@@ -4,20 +4,24 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/spf13/pflag"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	"k8s.io/client-go/rest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kvnet/kvnet/internal/metricsauth"
 )
 
 // MetricsServing is where and how a kvnet process (`kvnet webhook`, `kvnet
 // proxy`) serves /metrics. Its zero value, the flags' default, is the safe
 // setting: HTTPS, and every request authenticated (TokenReview) and
 // authorized (SubjectAccessReview for get on the non-resource URL /metrics)
-// by the API server, controller-runtime's metrics filters. The series carry
+// by the API server (internal/metricsauth, which does what controller-runtime's
+// metrics filters do without linking k8s.io/apiserver). The series carry
 // migration IDs, peer names and pool sizes, and in sidecar mode the proxy
 // runs in KubeVirt's synchronization-controller pod, whose addresses include
 // the migration networks: a plain listener on every address would give them
@@ -72,10 +76,12 @@ func (m MetricsServing) serverOptions(tlsOpts ...func(*tls.Config)) (metricsserv
 		}
 	}
 	return metricsserver.Options{
-		BindAddress:    m.BindAddress,
-		SecureServing:  true,
-		FilterProvider: filters.WithAuthenticationAndAuthorization,
-		CertDir:        m.CertDir,
+		BindAddress:   m.BindAddress,
+		SecureServing: true,
+		FilterProvider: func(c *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
+			return metricsauth.Filter(c, hc)
+		},
+		CertDir: m.CertDir,
 		// HTTP/2 stays off, as on the webhooks: its rapid-reset and stream
 		// exhaustion CVEs are not worth it for one scrape every few seconds.
 		TLSOpts: append([]func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}, tlsOpts...),
