@@ -56,7 +56,25 @@ config:
 	}
 }
 
-func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
+// chartKvnet is a kvnet webhook started by startChartKvnet.
+type chartKvnet struct {
+	*process
+	fullname string
+	// cm is the chart's ConfigMap; cfgPath the file kvnet reads it from.
+	cm      corev1.ConfigMap
+	cfgPath string
+	// metricsAddr, pprofAddr and webhookPort are where it listens on
+	// 127.0.0.1.
+	metricsAddr, pprofAddr string
+	webhookPort            int
+}
+
+// startChartKvnet installs chart case c, starts kvnet with exactly the
+// arguments the chart's Deployment gives it, as the chart's
+// ServiceAccount, and waits until it is ready, has injected its CA into
+// both webhook configurations and holds the leader Lease.
+func startChartKvnet(t *testing.T, kvnet string, c chartCase) *chartKvnet {
+	t.Helper()
 	ctx := t.Context()
 	objs := render(t, c)
 	install(t, c, objs)
@@ -87,17 +105,18 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 	}
 	metricsAddr := hostPort(t, "127.0.0.1")
 	pprofAddr := hostPort(t, "127.0.0.1")
+	webhookPort := framework.FreePort(t)
 	// Only where things live on this machine changes; later flags win.
 	args = append(args,
 		"--config="+cfgPath, "--cert-dir="+filepath.Join(dir, "certs"), "--metrics-cert-dir="+filepath.Join(dir, "certs"),
-		fmt.Sprintf("--webhook-port=%d", framework.FreePort(t)), "--webhook-host=127.0.0.1",
+		fmt.Sprintf("--webhook-port=%d", webhookPort), "--webhook-host=127.0.0.1",
 		"--metrics-bind-address="+metricsAddr, fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 		"--pprof-bind-address="+pprofAddr,
 	)
 	sa := dep.Spec.Template.Spec.ServiceAccountName
 	p := startAs(t, kvnet, args, c.namespace, "system:serviceaccount:"+c.namespace+":"+sa,
 		"system:serviceaccounts", "system:serviceaccounts:"+c.namespace, "system:authenticated")
-	logs, done, waitErr := p.logs, p.done, &p.err
+	done, waitErr := p.done, &p.err
 
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", probe)
 	wait(t, "kvnet to become ready as the chart's ServiceAccount", 2*time.Minute, done, waitErr, func() error {
@@ -143,7 +162,16 @@ func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
 		}
 		return nil
 	})
-	checkIdleFootprint(t, p.pid, pprofAddr)
+	return &chartKvnet{process: p, fullname: fullname, cm: cm, cfgPath: cfgPath,
+		metricsAddr: metricsAddr, pprofAddr: pprofAddr, webhookPort: webhookPort}
+}
+
+func runAsChartServiceAccount(t *testing.T, kvnet string, c chartCase) {
+	ctx := t.Context()
+	k := startChartKvnet(t, kvnet, c)
+	fullname, cm, cfgPath, metricsAddr := k.fullname, k.cm, k.cfgPath, k.metricsAddr
+	logs, done, waitErr := k.logs, k.done, &k.err
+	checkIdleFootprint(t, k.pid, k.pprofAddr)
 	var secret corev1.Secret
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: fullname + "-webhook-cert"}, &secret); err != nil {
 		t.Fatalf("kvnet's Secret: %v", err)

@@ -59,6 +59,10 @@ func (r *Result) Percentile(p float64) time.Duration {
 // Client sends reviews over HTTPS keep-alive connections.
 type Client struct {
 	roots *x509.CertPool
+	// ServerName, when set, is the name the server's certificate is
+	// verified for instead of the URL's host (a Service's DNS name, when
+	// the webhook is reached through 127.0.0.1).
+	ServerName string
 }
 
 // NewClient trusts the CA bundle in caPEM.
@@ -76,7 +80,7 @@ func NewClient(caPEM []byte) (*Client, error) {
 // byte-equal to it). expectPatch false means the answer must carry none.
 func (c *Client) Run(ctx context.Context, t Target, b Body, expectPatch bool, conns int, d time.Duration) (*Result, error) {
 	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: c.roots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
+		TLSClientConfig:     &tls.Config{RootCAs: c.roots, ServerName: c.ServerName, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
 		MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, ForceAttemptHTTP2: false,
 	}
 	defer tr.CloseIdleConnections()
@@ -146,7 +150,7 @@ func (c *Client) Run(ctx context.Context, t Target, b Body, expectPatch bool, co
 			return nil, err
 		}
 		r.CPU = cpu1 - cpu0
-		r.RSS, r.HWM, _ = procRSS(t.PID)
+		r.RSS, r.HWM, _ = ProcRSS(t.PID)
 	}
 	return r, nil
 }
@@ -255,8 +259,8 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(u+s) * time.Second / ticks, nil
 }
 
-// procRSS is a process's resident and peak resident memory in bytes.
-func procRSS(pid int) (rss, hwm int64, err error) {
+// ProcRSS is a process's resident and peak resident memory in bytes.
+func ProcRSS(pid int) (rss, hwm int64, err error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err

@@ -69,7 +69,7 @@ func WriteCerts(dir string) ([]byte, error) {
 
 // WaitReady polls url until it answers over TLS, or the deadline passes.
 func (c *Client) WaitReady(ctx context.Context, url string, deadline time.Duration) error {
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.roots}}}
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.roots, ServerName: c.ServerName}}}
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
