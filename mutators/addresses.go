@@ -15,7 +15,14 @@ import (
 //   - kube-ovn attachments get kube-ovn's own ip_address, mac_address and
 //     logical_switch template annotations (kube-ovn reads those, not the
 //     Multus element);
-//   - every other attachment gets an entry in the template's
+//   - on every other attachment, a mac becomes the interface's own
+//     macAddress, where KubeVirt reads it for the guest and for the
+//     selection element's "mac", and where a MAC pool such as kubemacpool
+//     sees it (it records a MAC an interface asks for as taken, and fills
+//     only interfaces that have none): written only to the launcher pod, the
+//     MAC lost to the one KubeVirt wrote from the interface, and the pool
+//     could hand it to another VM;
+//   - their ips and cniArgs get an entry in the template's
 //     kvnet.io/addresses annotation, which KubeVirt copies to the launcher
 //     pod, where AddressesPod writes it into the network's selection element.
 //
@@ -71,6 +78,9 @@ func (m Addresses) Mutate(ctx context.Context, req *chain.Request) error {
 			}
 			// cni-args still go through the selection element.
 			r = addresses.Request{CNIArgs: r.CNIArgs}
+		} else if r.MAC != "" {
+			changed = interfaceMAC(req, net.Name, r.MAC) || changed
+			r.MAC = ""
 		}
 		if !r.Empty() {
 			if table == nil {
@@ -96,6 +106,24 @@ func (m Addresses) Mutate(ctx context.Context, req *chain.Request) error {
 		req.TemplateMeta.Annotations[addresses.Annotation] = addresses.Format(table)
 	}
 	return nil
+}
+
+// interfaceMAC gives the interface of network the MAC kvnet.io/networks
+// asks for, when it has none, and reports whether it changed. An
+// interface that has another one keeps it, with a warning: the spec wins,
+// and a MAC pool that ran before kvnet may have filled it.
+func interfaceMAC(req *chain.Request, network, mac string) bool {
+	_, iface := req.Interface(network)
+	switch {
+	case iface == nil:
+		return false // the interfaces validator reports a network without one
+	case iface.MacAddress == "":
+		iface.MacAddress = strings.ToLower(mac)
+		return true
+	case !strings.EqualFold(iface.MacAddress, mac):
+		req.Warn("network %s: interface %s keeps macAddress %s; kvnet.io/networks asks for %s", network, iface.Name, iface.MacAddress, mac)
+	}
+	return false
 }
 
 // templateTable reads the template's kvnet.io/addresses, empty when unset.

@@ -21,7 +21,8 @@ import (
 const bridgeSubnetConfig = `{"cniVersion":"0.4.0","name":"%s","type":"bridge","bridge":"br1","ipam":{"type":"static","subnet":"10.10.0.0/24"}}`
 
 // Per-network address requests through the real API server: kvnet.io/networks
-// asks for IPs, a MAC and CNI args; the bridge network's go to the template's
+// asks for IPs, a MAC and CNI args; the bridge network's MAC becomes its
+// interface's macAddress and its IPs and CNI args go to the template's
 // kvnet.io/addresses (which KubeVirt copies to the launcher pod), the kube-ovn
 // network's to kube-ovn's own annotations. The launcher pod then gets them in
 // the bridge network's selection element, every other key kept.
@@ -48,13 +49,23 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ann := getVM(t, ns, "db").Spec.Template.ObjectMeta.Annotations
+	vm := getVM(t, ns, "db")
+	ann := vm.Spec.Template.ObjectMeta.Annotations
 	tbl, err := addresses.Parse(ann[addresses.Annotation])
 	if err != nil {
 		t.Fatalf("template %s = %q: %v", addresses.Annotation, ann[addresses.Annotation], err)
 	}
-	if got := tbl["lan"]; len(tbl) != 1 || strings.Join(got.IPs, ",") != "10.10.0.5/24" || got.MAC != "02:00:00:00:00:05" || string(got.CNIArgs) != `{"vlan":"7"}` {
-		t.Errorf("template %s = %s: want only lan with its ips, mac and cniArgs", addresses.Annotation, ann[addresses.Annotation])
+	// The MAC is the interface's own: KubeVirt gives it to the guest and
+	// to the selection element, and a MAC pool sees it there.
+	if got := tbl["lan"]; len(tbl) != 1 || strings.Join(got.IPs, ",") != "10.10.0.5/24" || got.MAC != "" || string(got.CNIArgs) != `{"vlan":"7"}` {
+		t.Errorf("template %s = %s: want only lan with its ips and cniArgs", addresses.Annotation, ann[addresses.Annotation])
+	}
+	macs := map[string]string{}
+	for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
+		macs[iface.Name] = iface.MacAddress
+	}
+	if macs["lan"] != "02:00:00:00:00:05" || macs["ovn"] != "" {
+		t.Errorf("interface MACs = %v, want lan's 02:00:00:00:00:05 and none on ovn (kube-ovn reads its own annotation)", macs)
 	}
 	p := "ovn-a." + ns + ".ovn.kubernetes.io/"
 	for k, v := range map[string]string{p + "ip_address": "10.16.0.9", p + "mac_address": "02:00:00:00:00:09", p + "logical_switch": "vm-subnet"} {
@@ -67,7 +78,8 @@ spec:
 	}
 
 	// The launcher pod as virt-controller creates it: VMI annotations
-	// copied, one selection element per network, interface named by KubeVirt.
+	// copied, one selection element per network, interface named by
+	// KubeVirt, the interface's macAddress as the element's "mac".
 	lanIface := persistentips.PodInterfaceName("lan")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -76,7 +88,7 @@ spec:
 			Annotations: map[string]string{
 				"kubevirt.io/domain":          "db",
 				addresses.Annotation:          ann[addresses.Annotation],
-				"k8s.v1.cni.cncf.io/networks": `[{"name":"lan","namespace":"` + ns + `","interface":"` + lanIface + `","x-vendor":{"keep":true}},{"name":"ovn-a","namespace":"` + ns + `","interface":"` + persistentips.PodInterfaceName("ovn") + `"}]`,
+				"k8s.v1.cni.cncf.io/networks": `[{"name":"lan","namespace":"` + ns + `","interface":"` + lanIface + `","mac":"02:00:00:00:00:05","x-vendor":{"keep":true}},{"name":"ovn-a","namespace":"` + ns + `","interface":"` + persistentips.PodInterfaceName("ovn") + `"}]`,
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "db",
