@@ -21,6 +21,7 @@ import (
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/model/migrationid"
 	"github.com/kvnet/kvnet/internal/model/netattach"
+	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/mutators"
 	"github.com/kvnet/kvnet/validators"
 	"github.com/kvnet/kvnet/webhook"
@@ -158,6 +159,10 @@ func (failingFacts) ResourceInjector(context.Context, string, map[string]string)
 
 func (failingFacts) IPAMExtensions(context.Context) (string, error) {
 	return "", fmt.Errorf("listing MutatingWebhookConfigurations: %w", errors.New("cache not synced"))
+}
+
+func (failingFacts) MACPool(context.Context, string) (peers.MACPool, error) {
+	return peers.MACPool{}, fmt.Errorf("listing MutatingWebhookConfigurations: %w", errors.New("cache not synced"))
 }
 
 func TestLookupFailureIs500WithContext(t *testing.T) {

@@ -60,6 +60,10 @@ type Facts interface {
 	// ("configuration/webhook") registered in the cluster, or ""
 	// (peers.IPAMExtensionsIn).
 	IPAMExtensions(ctx context.Context) (string, error)
+	// MACPool is kubemacpool's VM webhook as the API server calls it for
+	// a VM in namespace, relative to kvnet's own (peers.KubemacpoolFor);
+	// the zero MACPool when none is registered for it.
+	MACPool(ctx context.Context, namespace string) (peers.MACPool, error)
 }
 
 // Reader answers from a controller-runtime reader, normally the manager's
@@ -269,6 +273,29 @@ func (r *Reader) IPAMExtensions(ctx context.Context) (string, error) {
 	return peers.IPAMExtensionsIn(list.Items), nil
 }
 
+// MACPool implements Facts from the MutatingWebhookConfiguration informer.
+func (r *Reader) MACPool(ctx context.Context, namespace string) (peers.MACPool, error) {
+	var list admissionregv1.MutatingWebhookConfigurationList
+	if err := r.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return peers.MACPool{}, fmt.Errorf("listing MutatingWebhookConfigurations: %w", err)
+	}
+	if !slices.ContainsFunc(list.Items, mayBeKubemacpool) {
+		return peers.MACPool{}, nil
+	}
+	nsLabels, err := r.NamespaceLabels(ctx, namespace)
+	if err != nil {
+		return peers.MACPool{}, err
+	}
+	slices.SortFunc(list.Items, func(a, b admissionregv1.MutatingWebhookConfiguration) int { return strings.Compare(a.Name, b.Name) })
+	return peers.KubemacpoolFor(list.Items, namespace, nsLabels), nil
+}
+
+// mayBeKubemacpool spares the namespace lookup (and the sort) on the
+// common path, a cluster without kubemacpool.
+func mayBeKubemacpool(c admissionregv1.MutatingWebhookConfiguration) bool {
+	return slices.ContainsFunc(c.Webhooks, func(w admissionregv1.MutatingWebhook) bool { return w.Name == peers.KubemacpoolVMWebhook })
+}
+
 // mayBeResourceInjector spares the namespace lookup (and the sort) on the
 // common path, a cluster without network-resources-injector.
 func mayBeResourceInjector(c admissionregv1.MutatingWebhookConfiguration) bool {
@@ -352,6 +379,11 @@ func (s *Snapshot) ResourceInjector(_ context.Context, namespace string, podLabe
 // IPAMExtensions implements Facts.
 func (s *Snapshot) IPAMExtensions(context.Context) (string, error) {
 	return peers.IPAMExtensionsIn(s.Webhooks), nil
+}
+
+// MACPool implements Facts.
+func (s *Snapshot) MACPool(_ context.Context, namespace string) (peers.MACPool, error) {
+	return peers.KubemacpoolFor(s.Webhooks, namespace, s.Namespaces[namespace]), nil
 }
 
 // KubeVirt implements Facts.

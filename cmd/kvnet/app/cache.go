@@ -32,9 +32,10 @@ const lastApplied = corev1.LastAppliedConfigAnnotation
 //     volumes and the status, most of a VMI's bytes, are dropped.
 //   - VirtualMachine (the persistentips controller): metadata and the
 //     template spec's networking.
-//   - MutatingWebhookConfiguration (lookup.Reader.ResourceInjector, which
-//     recognises network-resources-injector): metadata and each webhook's
-//     name, rules and namespace and object selectors; the client config,
+//   - MutatingWebhookConfiguration (lookup.Reader.ResourceInjector and
+//     MACPool, which recognise network-resources-injector and kubemacpool):
+//     metadata and each webhook's name, rules, namespace and object
+//     selectors and reinvocation policy; the client config,
 //     CA bundle included, is dropped. kvnet's own configurations are read
 //     from the API server where they are written (certs, the registrar).
 //   - IPAMClaim, VirtualMachineInstanceMigration (the persistentips
@@ -102,6 +103,7 @@ func trimWebhooks(in any) (any, error) {
 		for i, w := range c.Webhooks {
 			c.Webhooks[i] = admissionregv1.MutatingWebhook{
 				Name: w.Name, Rules: w.Rules, NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector,
+				ReinvocationPolicy: w.ReinvocationPolicy,
 			}
 		}
 	}

@@ -117,14 +117,16 @@ func TestCacheTrims(t *testing.T) {
 		in:   &nadv1.NetworkAttachmentDefinition{ObjectMeta: fullMeta(), Spec: nadSpec},
 		want: &nadv1.NetworkAttachmentDefinition{ObjectMeta: trimmedMeta(), Spec: nadSpec},
 	}, {
-		name: "MutatingWebhookConfiguration keeps each webhook's name, rules and selectors",
+		name: "MutatingWebhookConfiguration keeps each webhook's name, rules, selectors and reinvocation policy",
 		in: &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: fullMeta(), Webhooks: []admissionregv1.MutatingWebhook{{
 			Name: "w", Rules: podCreate(), NamespaceSelector: sel, ObjectSelector: sel,
-			ClientConfig:  admissionregv1.WebhookClientConfig{URL: ptr.To("https://x/mutate"), CABundle: []byte("ca")},
-			FailurePolicy: ptr.To(admissionregv1.Fail), SideEffects: ptr.To(admissionregv1.SideEffectClassNone),
+			ReinvocationPolicy: ptr.To(admissionregv1.IfNeededReinvocationPolicy),
+			ClientConfig:       admissionregv1.WebhookClientConfig{URL: ptr.To("https://x/mutate"), CABundle: []byte("ca")},
+			FailurePolicy:      ptr.To(admissionregv1.Fail), SideEffects: ptr.To(admissionregv1.SideEffectClassNone),
 		}}},
 		want: &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: trimmedMeta(), Webhooks: []admissionregv1.MutatingWebhook{{
 			Name: "w", Rules: podCreate(), NamespaceSelector: sel, ObjectSelector: sel,
+			ReinvocationPolicy: ptr.To(admissionregv1.IfNeededReinvocationPolicy),
 		}}},
 	}, {
 		name: "KubeVirt CR keeps spec and status",

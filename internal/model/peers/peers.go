@@ -116,3 +116,79 @@ func selects(sel *metav1.LabelSelector, set labels.Set) bool {
 	}
 	return s.Matches(set)
 }
+
+// Kubemacpool is k8snetworkplumbingwg/kubemacpool's name in kvnet's
+// metrics, logs and kvnet.io/mutations.
+const Kubemacpool = "kubemacpool"
+
+// KubemacpoolVMWebhook is the VM webhook kubemacpool registers (its
+// config/release at v0.51.1): on VM CREATE it gives every interface on
+// the pod network (masquerade) or a Multus network that has no macAddress
+// one from its pool, and records those that have one as taken; on UPDATE
+// it does the same for interfaces the VM did not have before.
+const KubemacpoolVMWebhook = "mutatevirtualmachines.kubemacpool.io"
+
+// KvnetVMWebhook is the name of kvnet's own VM mutating webhook
+// (webhook.Registration and the chart), by which kvnet finds where the API
+// server calls it among the other webhooks.
+const KvnetVMWebhook = "virtualmachines.mutate.kvnet.io"
+
+// MACPool is a MAC pool's VM webhook as the API server calls it for one
+// namespace, relative to kvnet's own.
+type MACPool struct {
+	// Webhook names it, "configuration/webhook"; "" when none is
+	// registered for the namespace.
+	Webhook string
+	// Before: the API server calls it before kvnet's VM webhook (its
+	// configuration's name sorts first), or kvnet's is not found.
+	Before bool
+	// Reinvoked: its reinvocationPolicy is IfNeeded, so the API server
+	// calls it again after kvnet changed the VM.
+	Reinvoked bool
+}
+
+// SeesKvnetInterfaces reports whether the pool sees the interfaces kvnet
+// adds to a VM: it is called after kvnet, or again after kvnet changed the
+// VM. When not, the interfaces kvnet adds get no MAC from it.
+func (p MACPool) SeesKvnetInterfaces() bool { return p.Webhook != "" && (!p.Before || p.Reinvoked) }
+
+// KubemacpoolFor is kubemacpool's VM webhook as the API server calls it
+// for a VM in a namespace with nsLabels (the zero MACPool when none is).
+// configs must be sorted by name, as the API server calls them.
+func KubemacpoolFor(configs []admissionregv1.MutatingWebhookConfiguration, namespace string, nsLabels map[string]string) MACPool {
+	ns := labels.Set{corev1.LabelMetadataName: namespace}
+	for k, v := range nsLabels {
+		ns[k] = v
+	}
+	var pool MACPool
+	kvnetSeen := false
+	for i := range configs {
+		for j := range configs[i].Webhooks {
+			wh := &configs[i].Webhooks[j]
+			switch {
+			case wh.Name == KvnetVMWebhook:
+				kvnetSeen = true
+			case pool.Webhook == "" && wh.Name == KubemacpoolVMWebhook && coversVMCreate(wh.Rules) && selects(wh.NamespaceSelector, ns):
+				pool = MACPool{
+					Webhook:   configs[i].Name + "/" + wh.Name,
+					Before:    !kvnetSeen,
+					Reinvoked: wh.ReinvocationPolicy != nil && *wh.ReinvocationPolicy == admissionregv1.IfNeededReinvocationPolicy,
+				}
+			}
+		}
+	}
+	return pool
+}
+
+// coversVMCreate reports whether a rule matches kubevirt.io/v1
+// virtualmachines on CREATE.
+func coversVMCreate(rules []admissionregv1.RuleWithOperations) bool {
+	for _, r := range rules {
+		if (slices.Contains(r.Operations, admissionregv1.Create) || slices.Contains(r.Operations, admissionregv1.OperationAll)) &&
+			anyOf(r.APIGroups, "kubevirt.io") && anyOf(r.APIVersions, "v1") &&
+			(slices.Contains(r.Resources, "virtualmachines") || slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, "*/*")) {
+			return true
+		}
+	}
+	return false
+}

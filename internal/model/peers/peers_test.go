@@ -68,3 +68,43 @@ func TestIPAMExtensionsIn(t *testing.T) {
 		}
 	}
 }
+
+// kubemacpool's VM webhook is found by name, for a namespace its selector
+// takes (it ships opt-out: a namespace labelled ignore is not), placed
+// before or after kvnet's own VM webhook as the API server orders them,
+// with whether it is called again after kvnet changed the VM.
+func TestKubemacpoolFor(t *testing.T) {
+	vmCreate := []admissionregv1.RuleWithOperations{rule([]admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update}, []string{"kubevirt.io"}, []string{"v1"}, []string{"virtualmachines"})}
+	optOut := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: KubemacpoolVMWebhook, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"ignore"}}}}
+	kmp := func(name string, policy *admissionregv1.ReinvocationPolicyType) admissionregv1.MutatingWebhookConfiguration {
+		return admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Webhooks: []admissionregv1.MutatingWebhook{
+			{Name: "mutatepods.kubemacpool.io", Rules: []admissionregv1.RuleWithOperations{rule([]admissionregv1.OperationType{admissionregv1.Create}, []string{""}, []string{"v1"}, []string{"pods"})}},
+			{Name: KubemacpoolVMWebhook, Rules: vmCreate, NamespaceSelector: optOut, ReinvocationPolicy: policy},
+		}}
+	}
+	kvnet := admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kvnet"}, Webhooks: []admissionregv1.MutatingWebhook{{Name: KvnetVMWebhook, Rules: vmCreate}}}
+	ifNeeded := admissionregv1.IfNeededReinvocationPolicy
+	for name, c := range map[string]struct {
+		configs  []admissionregv1.MutatingWebhookConfiguration
+		nsLabels map[string]string
+		want     MACPool
+		sees     bool
+	}{
+		"none":                               {configs: []admissionregv1.MutatingWebhookConfiguration{kvnet}},
+		"as shipped: its name sorts first":   {configs: []admissionregv1.MutatingWebhookConfiguration{kmp("kubemacpool-mutator", nil), kvnet}, want: MACPool{Webhook: "kubemacpool-mutator/" + KubemacpoolVMWebhook, Before: true}},
+		"first, reinvoked":                   {configs: []admissionregv1.MutatingWebhookConfiguration{kmp("kubemacpool-mutator", &ifNeeded), kvnet}, want: MACPool{Webhook: "kubemacpool-mutator/" + KubemacpoolVMWebhook, Before: true, Reinvoked: true}, sees: true},
+		"after kvnet":                        {configs: []admissionregv1.MutatingWebhookConfiguration{kvnet, kmp("zz-kubemacpool", nil)}, want: MACPool{Webhook: "zz-kubemacpool/" + KubemacpoolVMWebhook}, sees: true},
+		"kvnet's webhook not found: assumed": {configs: []admissionregv1.MutatingWebhookConfiguration{kmp("kubemacpool-mutator", nil)}, want: MACPool{Webhook: "kubemacpool-mutator/" + KubemacpoolVMWebhook, Before: true}},
+		"namespace opted out":                {configs: []admissionregv1.MutatingWebhookConfiguration{kmp("kubemacpool-mutator", nil), kvnet}, nsLabels: map[string]string{KubemacpoolVMWebhook: "ignore"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := KubemacpoolFor(c.configs, "tenant", c.nsLabels)
+			if got != c.want {
+				t.Errorf("KubemacpoolFor = %+v, want %+v", got, c.want)
+			}
+			if got.SeesKvnetInterfaces() != c.sees {
+				t.Errorf("SeesKvnetInterfaces = %v, want %v", got.SeesKvnetInterfaces(), c.sees)
+			}
+		})
+	}
+}
