@@ -46,7 +46,8 @@ var claimRefsLeft = prometheus.NewCounterVec(prometheus.CounterOpts{
 func RegisterMetrics(reg prometheus.Registerer) error {
 	resourcesLeft.WithLabelValues(peers.ResourceInjector)
 	claimRefsLeft.WithLabelValues(peers.IPAMExtensions)
-	return metrics.Register(reg, resourcesAdded, resourcesLeft, claimRefsLeft, targetPodsWaiting)
+	macsMissed.WithLabelValues(peers.Kubemacpool)
+	return metrics.Register(reg, resourcesAdded, resourcesLeft, claimRefsLeft, macsMissed, targetPodsWaiting)
 }
 
 // NetworkResources gives a virt-launcher pod the device-plugin resources of

@@ -14,11 +14,27 @@ type Change struct {
 	// LeftTo names the peer webhook that kvnet left the mutator's job to
 	// for Networks: kvnet changed nothing there, and says why.
 	LeftTo string `json:"leftTo,omitempty"`
+	// MissedBy names the peer webhook that does this job for Networks in
+	// the cluster but does not see them: the API server calls it before
+	// kvnet added them, and not again. Nobody does the job; a warning and
+	// docs/peers.md say how to change that.
+	MissedBy string `json:"missedBy,omitempty"`
 }
 
 // Record notes that mutator changed networks (rule may be empty).
 func (r *Request) Record(mutator, rule string, networks ...string) {
 	r.Changes = addChange(r.Changes, Change{Mutator: mutator, Rule: rule}, networks)
+}
+
+// RecordLeftTo notes that mutator left its job for networks to peer.
+func (r *Request) RecordLeftTo(mutator, peer string, networks ...string) {
+	r.Changes = addChange(r.Changes, Change{Mutator: mutator, LeftTo: peer}, networks)
+}
+
+// RecordMissedBy notes that peer, registered to do mutator's job, does not
+// see networks (Change.MissedBy).
+func (r *Request) RecordMissedBy(mutator, peer string, networks ...string) {
+	r.Changes = addChange(r.Changes, Change{Mutator: mutator, MissedBy: peer}, networks)
 }
 
 // Record notes that mutator changed the pod's spec for networks. The pod
@@ -53,7 +69,7 @@ func (r *PodRequest) LeftBefore(mutator, peer string) bool {
 func addChange(changes []Change, key Change, networks []string) []Change {
 	for i := range changes {
 		c := &changes[i]
-		if c.Mutator == key.Mutator && c.Rule == key.Rule && c.LeftTo == key.LeftTo {
+		if c.Mutator == key.Mutator && c.Rule == key.Rule && c.LeftTo == key.LeftTo && c.MissedBy == key.MissedBy {
 			for _, n := range networks {
 				if !slices.Contains(c.Networks, n) {
 					c.Networks = append(c.Networks, n)
@@ -97,7 +113,7 @@ func recordInto(annotations *map[string]string, changes []Change) error {
 		// A record we cannot read is replaced, not fatal: it is informational.
 		_ = json.Unmarshal([]byte(prev), &before)
 		for _, c := range changes {
-			before = addChange(before, Change{Mutator: c.Mutator, Rule: c.Rule, LeftTo: c.LeftTo}, c.Networks)
+			before = addChange(before, Change{Mutator: c.Mutator, Rule: c.Rule, LeftTo: c.LeftTo, MissedBy: c.MissedBy}, c.Networks)
 		}
 		all = before
 	}

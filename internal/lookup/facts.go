@@ -383,6 +383,9 @@ func (s *Snapshot) IPAMExtensions(context.Context) (string, error) {
 
 // MACPool implements Facts.
 func (s *Snapshot) MACPool(_ context.Context, namespace string) (peers.MACPool, error) {
+	if !slices.ContainsFunc(s.Webhooks, mayBeKubemacpool) {
+		return peers.MACPool{}, nil
+	}
 	return peers.KubemacpoolFor(s.Webhooks, namespace, s.Namespaces[namespace]), nil
 }
 

@@ -43,6 +43,8 @@ func Chains(c Capabilities) webhook.Chains {
 			mutators.Addresses{},
 			mutators.VDPA{},
 			mutators.KubeOVN{},
+			// Last: it looks at the interfaces the others added.
+			mutators.MACPool{},
 		},
 		// Validators check what the mutators left, and report every error
 		// they find.
