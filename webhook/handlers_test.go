@@ -19,6 +19,7 @@ import (
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/config"
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/migrationid"
 	"github.com/kvnet/kvnet/internal/model/netattach"
 	"github.com/kvnet/kvnet/internal/model/peers"
@@ -159,6 +160,10 @@ func (failingFacts) ResourceInjector(context.Context, string, map[string]string)
 
 func (failingFacts) IPAMExtensions(context.Context) (string, error) {
 	return "", fmt.Errorf("listing MutatingWebhookConfigurations: %w", errors.New("cache not synced"))
+}
+
+func (failingFacts) MACHolders(context.Context, string) ([]lookup.MACHolder, error) {
+	return nil, fmt.Errorf("listing the VirtualMachines with a MAC: %w", errors.New("cache not synced"))
 }
 
 func (failingFacts) MACPool(context.Context, string) (peers.MACPool, error) {

@@ -64,6 +64,9 @@ type Facts interface {
 	// a VM in namespace, relative to kvnet's own (peers.KubemacpoolFor);
 	// the zero MACPool when none is registered for it.
 	MACPool(ctx context.Context, namespace string) (peers.MACPool, error)
+	// MACHolders are the VirtualMachines (not being deleted) whose
+	// template interfaces ask for mac.
+	MACHolders(ctx context.Context, mac string) ([]MACHolder, error)
 }
 
 // Reader answers from a controller-runtime reader, normally the manager's
@@ -315,6 +318,9 @@ type Snapshot struct {
 	// Webhooks are the cluster's MutatingWebhookConfigurations, sorted by
 	// name; the offline CLI has none.
 	Webhooks []admissionregv1.MutatingWebhookConfiguration
+	// VMs are the cluster's VirtualMachines, for MACHolders; the offline
+	// CLI has none.
+	VMs []kubevirtv1.VirtualMachine
 }
 
 // NewSnapshot builds a snapshot from typed objects.

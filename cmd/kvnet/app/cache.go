@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/migrationid"
 )
 
@@ -137,6 +138,23 @@ func indexMigrationIDs(ctx context.Context, idx client.FieldIndexer) error {
 	})
 	if err != nil {
 		return fmt.Errorf("indexing VirtualMachineInstanceMigrations by migration ID: %w", err)
+	}
+	return nil
+}
+
+// indexMACs adds lookup.MACIndexField to the VirtualMachine informer of idx
+// (before the manager starts): validators.MACsHeld finds the VMs holding a
+// MAC through it.
+func indexMACs(ctx context.Context, idx client.FieldIndexer) error {
+	err := idx.IndexField(ctx, &kubevirtv1.VirtualMachine{}, lookup.MACIndexField, func(o client.Object) []string {
+		vm, ok := o.(*kubevirtv1.VirtualMachine)
+		if !ok {
+			return nil
+		}
+		return lookup.InterfaceMACs(vm)
+	})
+	if err != nil {
+		return fmt.Errorf("indexing VirtualMachines by interface MAC: %w", err)
 	}
 	return nil
 }

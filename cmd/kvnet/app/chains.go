@@ -58,6 +58,7 @@ func Chains(c Capabilities) webhook.Chains {
 			validators.PersistentIPs{},
 			validators.PrimaryUDNCheck{},
 			validators.AddressesCheck{},
+			validators.MACsHeld{},
 		},
 		LauncherPod: podSteps(
 			mutators.KubeOVNPod{},

@@ -216,6 +216,11 @@ func startAdmissionInformers(ctx context.Context, mgr manager.Manager) (*lookup.
 	if err := indexMigrationIDs(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
+	// The MAC check beside a MAC pool asks which VMs hold a MAC: an index
+	// on the VM informer (which the persistent-IPs controller reads too).
+	if err := indexMACs(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
 	facts := lookup.NewReader(mgr.GetCache())
 	if err := facts.WatchKubeVirt(ctx, mgr.GetCache()); err != nil {
 		return nil, err
