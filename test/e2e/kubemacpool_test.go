@@ -1,0 +1,474 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/internal/chain"
+	"github.com/kvnet/kvnet/internal/model/peers"
+	"github.com/kvnet/kvnet/test/framework"
+)
+
+// macsMissedMetric and macsMissedLog are what kvnet says when kubemacpool
+// does not see the interfaces it added.
+const (
+	macsMissedMetric = "kvnet_vm_interfaces_missed_by_mac_pool_total"
+	macsMissedLog    = "kubemacpool does not see the interfaces kvnet added: they get no MAC from its pool"
+)
+
+// macOrder is one way the API server calls kubemacpool and kvnet.
+type macOrder struct {
+	name, doc string
+	// kvnetFirst moves kvnet's configuration to a name that sorts before
+	// kubemacpool-mutator (kubemacpool's cannot be renamed).
+	kvnetFirst bool
+	// ifNeeded sets reinvocationPolicy IfNeeded on kubemacpool's VM
+	// webhook, as docs/peers.md tells an admin to.
+	ifNeeded bool
+	// seq keeps the owners' MACs of one order apart from another's (the
+	// VMs of each stay until the test ends).
+	seq int
+}
+
+// macVM is one of the 20 VMs and what it must end with.
+type macVM struct {
+	ns, name, kind string
+	// injected are the networks kvnet adds; user the MACs the owner asks
+	// for, by interface (in its spec or in kvnet.io/networks).
+	injected []string
+	user     map[string]string
+}
+
+// kubemacpool v0.51.1 run as its config/ deploys it, beside kvnet and
+// KubeVirt's virt-controller and virt-api, in both webhook orders (and
+// kubemacpool first with the reinvocation policy docs/peers.md tells an
+// admin to set). 20 VMs created through the API server, some with a
+// network injected by rule, some by kvnet.io/networks, some with MACs
+// their owner set (on an interface, and asked for in kvnet.io/networks),
+// each get a MAC on every interface kubemacpool sees, all distinct, all in
+// its range but the owner's; no MAC changes across an update of every VM,
+// a stop and start, and a restart of kubemacpool. Where kubemacpool does
+// not see the interfaces kvnet added (it runs first and is not called
+// again), kvnet says so in kvnet.io/mutations, its metric and a log line.
+// A second VM asking for a MAC another holds, one kvnet set or one from
+// the pool, is refused with a message naming the MAC and the holder.
+//
+// docs/peers.md's kubemacpool table is what this test saw
+// (KVNET_UPDATE_DOCS=1 rewrites it).
+func TestBesideKubemacpool(t *testing.T) {
+	var rows []string
+	for n, o := range []macOrder{
+		{name: "kvnet-first", doc: "kvnet, then kubemacpool", kvnetFirst: true},
+		{name: "kubemacpool-first", doc: "kubemacpool (as shipped: reinvocation Never), then kvnet"},
+		{name: "kubemacpool-first-reinvoked", doc: "kubemacpool (reinvocationPolicy IfNeeded), then kvnet", ifNeeded: true},
+	} {
+		o.seq = n
+		t.Run(o.name, func(t *testing.T) { rows = append(rows, besideKubemacpool(t, o)...) })
+	}
+	if !t.Failed() {
+		framework.CheckDocTable(t, "kubemacpool", []string{"order", "VM", "MACs after create", "after an update, a stop and start, a kubemacpool restart", "kvnet.io/mutations", "a second VM asking for its MAC"}, rows)
+	}
+}
+
+func besideKubemacpool(t *testing.T, o macOrder) []string {
+	ctx := context.Background()
+	if o.kvnetFirst {
+		moveKvnetFirst(t)
+	}
+	k, err := framework.StartKubemacpool(ctx, env.Config, env.Client, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	if o.ifNeeded {
+		setKubemacpoolReinvocation(t)
+	}
+	ruleNS := env.NewNamespace(t, map[string]string{"kvnet.io/storage-network": "true"})
+	plainNS := env.NewNamespace(t, nil)
+	env.CreateNAD(t, ruleNS, "storage", "", fmt.Sprintf(bridgeConfig, "storage"))
+	for _, n := range []string{"extra", "fixed"} {
+		env.CreateNAD(t, plainNS, n, "", fmt.Sprintf(bridgeConfig, n))
+	}
+	sees := o.kvnetFirst || o.ifNeeded
+	waitMACPoolCached(t, plainNS, sees)
+	missed := leftToPeer(t, macsMissedMetric, peers.Kubemacpool)
+
+	vms := createMACVMs(t, ruleNS, plainNS, o.seq)
+	macs := map[string]map[string]string{} // VM -> interface -> MAC
+	for _, vm := range vms {
+		macs[vm.name] = checkMACsOnCreate(t, vm, sees)
+	}
+	checkDistinct(t, macs)
+	wantMissed, wantLogs := 0, 0
+	if !sees {
+		for _, vm := range vms {
+			wantMissed += len(vm.injected)
+			if len(vm.injected) > 0 {
+				wantLogs++
+			}
+		}
+	}
+	if d := leftToPeer(t, macsMissedMetric, peers.Kubemacpool) - missed; int(d) != wantMissed {
+		t.Errorf("%s rose by %v, want %d", macsMissedMetric, d, wantMissed)
+	}
+	if n := env.Logs.Count(macsMissedLog, "namespace", ruleNS) + env.Logs.Count(macsMissedLog, "namespace", plainNS); n != wantLogs {
+		t.Errorf("%d log lines say kubemacpool missed kvnet's interfaces, want %d", n, wantLogs)
+	}
+	refusals := checkHeldMACsRefused(t, vms, macs)
+
+	// An update of every VM, a stop and start of one of each kind, a
+	// restart of kubemacpool and another update: no MAC moves.
+	touchVMs(t, vms, "1")
+	checkMACsKept(t, vms, macs, "an update")
+	for _, vm := range vms[:4] {
+		setRunStrategy(t, vm.ns, vm.name, kubevirtv1.RunStrategyAlways)
+		checkVMIMACs(t, vm, macs[vm.name])
+		setRunStrategy(t, vm.ns, vm.name, kubevirtv1.RunStrategyHalted)
+		waitGone(t, &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: vm.ns, Name: vm.name}})
+		setRunStrategy(t, vm.ns, vm.name, kubevirtv1.RunStrategyAlways)
+		checkVMIMACs(t, vm, macs[vm.name])
+		setRunStrategy(t, vm.ns, vm.name, kubevirtv1.RunStrategyHalted)
+	}
+	checkMACsKept(t, vms, macs, "a stop and start")
+	if err := k.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	touchVMs(t, vms, "2")
+	checkMACsKept(t, vms, macs, "a restart of kubemacpool and an update")
+
+	var rows []string
+	for _, kind := range []string{"pod network only", "a network by rule", "a network by kvnet.io/networks", "MACs set by the owner"} {
+		i := slices.IndexFunc(vms, func(v macVM) bool { return v.kind == kind })
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s | unchanged | %s | %s |", o.doc, kind, describeMACs(vms[i], macs[vms[i].name]), recordOf(t, vms[i]), refusals[kind]))
+	}
+	return rows
+}
+
+// createMACVMs creates 20 halted VMs, five of each kind: the pod network
+// only, a network injected by rule (in ruleNS), one by kvnet.io/networks,
+// and MACs set by the owner outside kubemacpool's range (the pod
+// interface's macAddress, and one asked for in kvnet.io/networks).
+func createMACVMs(t *testing.T, ruleNS, plainNS string, seq int) []macVM {
+	var vms []macVM
+	for i := range 20 {
+		vm := macVM{ns: plainNS, name: fmt.Sprintf("vm%02d", i)}
+		podMAC, annotations := "", ""
+		switch i % 4 {
+		case 0:
+			vm.kind = "pod network only"
+		case 1:
+			vm.kind, vm.ns, vm.injected = "a network by rule", ruleNS, []string{"storage"}
+		case 2:
+			vm.kind, vm.injected = "a network by kvnet.io/networks", []string{"extra"}
+			annotations = `kvnet.io/networks: '[{"name":"extra","nad":"extra"}]'`
+		case 3:
+			vm.kind = "MACs set by the owner"
+			vm.user = map[string]string{"default": fmt.Sprintf("0a:58:0a:%02x:00:%02x", seq, i), "fixed": fmt.Sprintf("0a:58:0a:%02x:01:%02x", seq, i)}
+			podMAC = `, macAddress: "` + vm.user["default"] + `"`
+			annotations = `kvnet.io/networks: '[{"name":"fixed","nad":"fixed","mac":"` + vm.user["fixed"] + `"}]'`
+		}
+		if _, err := createVM(t, vm.ns, macVMYAML(vm.name, podMAC, annotations)); err != nil {
+			t.Fatalf("creating %s (%s): %v", vm.name, vm.kind, err)
+		}
+		vms = append(vms, vm)
+	}
+	return vms
+}
+
+func macVMYAML(name, podMAC, annotations string) string {
+	return `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: ` + name + `
+  annotations: {` + annotations + `}
+spec:
+  runStrategy: Halted
+  template:
+    metadata:
+      labels: {kubevirt.io/vm: ` + name + `}
+    spec:
+      domain:
+        memory: {guest: 1Gi}
+        devices:
+          disks: [{name: containerdisk, disk: {bus: virtio}}]
+          interfaces:
+            - {name: default, masquerade: {}` + podMAC + `}
+      networks:
+        - {name: default, pod: {}}
+      volumes:
+        - {name: containerdisk, containerDisk: {image: quay.io/containerdisks/fedora:latest}}
+`
+}
+
+// interfaceMACs reads a stored VM's MAC per interface.
+func interfaceMACs(t *testing.T, ns, name string) (map[string]string, *kubevirtv1.VirtualMachine) {
+	t.Helper()
+	var vm kubevirtv1.VirtualMachine
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &vm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
+		out[iface.Name] = iface.MacAddress
+	}
+	return out, &vm
+}
+
+// checkMACsOnCreate checks one VM as stored: the owner's MACs as asked;
+// every other interface a MAC in kubemacpool's range, except the ones kvnet
+// injected when kubemacpool does not see them (sees false), which have
+// none and are recorded as missed; kvnet's record of what it left.
+func checkMACsOnCreate(t *testing.T, want macVM, sees bool) map[string]string {
+	t.Helper()
+	macs, vm := interfaceMACs(t, want.ns, want.name)
+	for iface, mac := range macs {
+		switch {
+		case want.user[iface] != "":
+			if mac != want.user[iface] {
+				t.Errorf("%s interface %s: MAC %q, want the owner's %s", want.name, iface, mac, want.user[iface])
+			}
+		case !sees && slices.Contains(want.injected, iface):
+			if mac != "" {
+				t.Errorf("%s interface %s: MAC %q; kubemacpool ran before kvnet added it and was not called again", want.name, iface, mac)
+			}
+		case !strings.HasPrefix(mac, "02:"):
+			t.Errorf("%s interface %s: MAC %q, want one from kubemacpool's range %s-%s", want.name, iface, mac, framework.KubemacpoolRangeStart, framework.KubemacpoolRangeEnd)
+		}
+	}
+	names := append([]string{"default"}, want.injected...)
+	for iface := range want.user {
+		names = append(names, iface)
+	}
+	slices.Sort(names)
+	if got := slices.Sorted(maps.Keys(macs)); !slices.Equal(got, slices.Compact(names)) {
+		t.Errorf("%s interfaces %v, want %v", want.name, got, slices.Compact(names))
+	}
+	var record []chain.Change
+	_ = json.Unmarshal([]byte(vm.Annotations[chain.MutationsAnnotation]), &record)
+	i := slices.IndexFunc(record, func(c chain.Change) bool { return c.Mutator == "mac-pool" })
+	switch {
+	case len(want.injected) == 0 && i >= 0:
+		t.Errorf("%s: kvnet.io/mutations has %+v; kvnet added no interface without a MAC", want.name, record[i])
+	case len(want.injected) > 0 && i < 0:
+		t.Errorf("%s: kvnet.io/mutations %s says nothing of the MACs of %v", want.name, vm.Annotations[chain.MutationsAnnotation], want.injected)
+	case len(want.injected) > 0 && sees && record[i].LeftTo != peers.Kubemacpool:
+		t.Errorf("%s: kvnet.io/mutations %+v, want %v left to kubemacpool", want.name, record[i], want.injected)
+	case len(want.injected) > 0 && !sees && record[i].MissedBy != peers.Kubemacpool:
+		t.Errorf("%s: kvnet.io/mutations %+v, want %v missed by kubemacpool", want.name, record[i], want.injected)
+	}
+	return macs
+}
+
+// checkDistinct fails on a MAC two interfaces share, in one VM or two.
+func checkDistinct(t *testing.T, macs map[string]map[string]string) {
+	t.Helper()
+	seen := map[string]string{}
+	for vm, ifaces := range macs {
+		for iface, mac := range ifaces {
+			if mac == "" {
+				continue
+			}
+			if other, dup := seen[mac]; dup {
+				t.Errorf("MAC %s on %s/%s and on %s", mac, vm, iface, other)
+			}
+			seen[mac] = vm + "/" + iface
+		}
+	}
+}
+
+// checkHeldMACsRefused creates, beside the first VM of each kind that has
+// one, a VM asking for a MAC it holds: the pool's (on the pod interface's
+// macAddress) and the owner's asked through kvnet.io/networks. Each must
+// be refused naming the MAC and the holder. It returns, by kind, what the
+// table says.
+func checkHeldMACsRefused(t *testing.T, vms []macVM, macs map[string]map[string]string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, kind := range []string{"pod network only", "a network by rule", "a network by kvnet.io/networks", "MACs set by the owner"} {
+		i := slices.IndexFunc(vms, func(v macVM) bool { return v.kind == kind })
+		holder := vms[i]
+		iface, mac, podMAC, annotations := "default", macs[holder.name]["default"], "", ""
+		if kind == "MACs set by the owner" {
+			iface, mac = "fixed", macs[holder.name]["fixed"]
+			annotations = `kvnet.io/networks: '[{"name":"fixed","nad":"fixed","mac":"` + mac + `"}]'`
+		} else {
+			podMAC = `, macAddress: "` + mac + `"`
+		}
+		_, err := createVM(t, holder.ns, macVMYAML("dup-"+holder.name, podMAC, annotations))
+		want := fmt.Sprintf("MAC %s is held by VirtualMachine %s/%s (interface %s)", mac, holder.ns, holder.name, iface)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a VM asking for %s's %s MAC %s: %v, want refused: %s", holder.name, iface, mac, err, want)
+			continue
+		}
+		// The table says it without the run's MAC and namespace.
+		what := "the pool's MAC, on the pod interface"
+		if iface == "fixed" {
+			what = "the owner's MAC, in kvnet.io/networks"
+		}
+		out[kind] = fmt.Sprintf("%s: refused by kvnet, naming the MAC and %s (interface %s)", what, holder.name, iface)
+	}
+	return out
+}
+
+// touchVMs updates every VM as an owner would (a label), which both
+// webhooks see.
+func touchVMs(t *testing.T, vms []macVM, value string) {
+	t.Helper()
+	for _, vm := range vms {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cur kubevirtv1.VirtualMachine
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: vm.ns, Name: vm.name}, &cur); err != nil {
+				return err
+			}
+			if cur.Labels == nil {
+				cur.Labels = map[string]string{}
+			}
+			cur.Labels["touched"] = value
+			return env.Client.Update(context.Background(), &cur)
+		})
+		if err != nil {
+			t.Fatalf("updating %s: %v", vm.name, err)
+		}
+	}
+}
+
+func checkMACsKept(t *testing.T, vms []macVM, macs map[string]map[string]string, after string) {
+	t.Helper()
+	for _, vm := range vms {
+		got, _ := interfaceMACs(t, vm.ns, vm.name)
+		for iface, mac := range macs[vm.name] {
+			if got[iface] != mac {
+				t.Errorf("after %s, %s interface %s: MAC %q, was %q", after, vm.name, iface, got[iface], mac)
+			}
+		}
+	}
+}
+
+// checkVMIMACs waits for the VM's VMI and checks it runs with the VM's MACs.
+func checkVMIMACs(t *testing.T, vm macVM, macs map[string]string) {
+	t.Helper()
+	vmi := waitVMI(t, vm.ns, vm.name)
+	for _, iface := range vmi.Spec.Domain.Devices.Interfaces {
+		if iface.MacAddress != macs[iface.Name] {
+			t.Errorf("VMI %s interface %s: MAC %q, the VM's is %q", vm.name, iface.Name, iface.MacAddress, macs[iface.Name])
+		}
+	}
+}
+
+// describeMACs says, for the table, where each interface's MAC came from.
+func describeMACs(vm macVM, macs map[string]string) string {
+	var parts []string
+	for _, iface := range slices.Sorted(maps.Keys(macs)) {
+		mac := macs[iface]
+		from := "kubemacpool's pool"
+		switch {
+		case vm.user[iface] != "":
+			from = "the owner's"
+		case mac == "":
+			from = "none"
+		}
+		what := iface
+		if slices.Contains(vm.injected, iface) {
+			what += " (injected)"
+		}
+		parts = append(parts, what+": "+from)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// recordOf is kvnet's mac-pool record on the VM, for the table.
+func recordOf(t *testing.T, vm macVM) string {
+	t.Helper()
+	_, cur := interfaceMACs(t, vm.ns, vm.name)
+	var record []chain.Change
+	_ = json.Unmarshal([]byte(cur.Annotations[chain.MutationsAnnotation]), &record)
+	for _, c := range record {
+		switch {
+		case c.Mutator == "mac-pool" && c.LeftTo != "":
+			return fmt.Sprintf("`leftTo: %s` for %s", c.LeftTo, strings.Join(c.Networks, ", "))
+		case c.Mutator == "mac-pool" && c.MissedBy != "":
+			return fmt.Sprintf("`missedBy: %s` for %s, a warning, the metric, a log line", c.MissedBy, strings.Join(c.Networks, ", "))
+		}
+	}
+	return "nothing of MACs"
+}
+
+// moveKvnetFirst renames kvnet's mutating configuration so that the API
+// server calls it before kubemacpool-mutator, for the test, and puts it
+// back after.
+func moveKvnetFirst(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var kv admissionregv1.MutatingWebhookConfiguration
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "kvnet"}, &kv); err != nil {
+		t.Fatal(err)
+	}
+	first := kv.DeepCopy()
+	first.ObjectMeta = metav1.ObjectMeta{Name: "0-kvnet"}
+	if err := env.Client.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, &kv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		restored := kv.DeepCopy()
+		restored.ObjectMeta = metav1.ObjectMeta{Name: "kvnet"}
+		if err := env.Client.Create(ctx, restored); err != nil {
+			t.Errorf("putting kvnet's configuration back: %v", err)
+		}
+		_ = env.Client.Delete(ctx, first)
+	})
+}
+
+// setKubemacpoolReinvocation sets reinvocationPolicy IfNeeded on
+// kubemacpool's VM webhook, as an admin following docs/peers.md does.
+func setKubemacpoolReinvocation(t *testing.T) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var c admissionregv1.MutatingWebhookConfiguration
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: framework.KubemacpoolConfiguration}, &c); err != nil {
+			return err
+		}
+		for i := range c.Webhooks {
+			if c.Webhooks[i].Name == framework.KubemacpoolVMWebhook {
+				c.Webhooks[i].ReinvocationPolicy = ptr.To(admissionregv1.IfNeededReinvocationPolicy)
+			}
+		}
+		return env.Client.Update(context.Background(), &c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitMACPoolCached waits until kvnet's webhook informer shows kubemacpool
+// registered for ns, seeing kvnet's interfaces or not.
+func waitMACPoolCached(t *testing.T, ns string, sees bool) {
+	t.Helper()
+	framework.Eventually(t, fmt.Sprintf("kvnet's cache has kubemacpool's webhook, seeing kvnet's interfaces: %v", sees), framework.CacheTimeout, func() error {
+		var list admissionregv1.MutatingWebhookConfigurationList
+		if err := env.Manager.GetCache().List(context.Background(), &list); err != nil {
+			return err
+		}
+		slices.SortFunc(list.Items, func(a, b admissionregv1.MutatingWebhookConfiguration) int { return strings.Compare(a.Name, b.Name) })
+		p := peers.KubemacpoolFor(list.Items, ns, nil)
+		if p.Webhook == "" || p.SeesKvnetInterfaces() != sees {
+			return fmt.Errorf("cached: %+v", p)
+		}
+		return nil
+	})
+}
