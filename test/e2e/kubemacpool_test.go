@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	neturl "net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -59,7 +62,7 @@ type macVM struct {
 // their owner set (on an interface, and asked for in kvnet.io/networks),
 // each get a MAC on every interface kubemacpool sees, all distinct, all in
 // its range but the owner's; no MAC changes across an update of every VM,
-// a stop and start, and a restart of kubemacpool. Where kubemacpool does
+// a stop and start, and a restart of kubemacpool and of kvnet. Where kubemacpool does
 // not see the interfaces kvnet added (it runs first and is not called
 // again), kvnet says so in kvnet.io/mutations, its metric and a log line.
 // A second VM asking for a MAC another holds, one kvnet set or one from
@@ -78,7 +81,7 @@ func TestBesideKubemacpool(t *testing.T) {
 		t.Run(o.name, func(t *testing.T) { rows = append(rows, besideKubemacpool(t, o)...) })
 	}
 	if !t.Failed() {
-		framework.CheckDocTable(t, "kubemacpool", []string{"order", "VM", "MACs after create", "after an update, a stop and start, a kubemacpool restart", "kvnet.io/mutations", "a second VM asking for its MAC"}, rows)
+		framework.CheckDocTable(t, "kubemacpool", []string{"order", "VM", "MACs after create", "after an update, a stop and start, a restart of kubemacpool, of kvnet", "kvnet.io/mutations", "a second VM asking for its MAC"}, rows)
 	}
 }
 
@@ -147,6 +150,11 @@ func besideKubemacpool(t *testing.T, o macOrder) []string {
 	}
 	touchVMs(t, vms, "2")
 	checkMACsKept(t, vms, macs, "a restart of kubemacpool and an update")
+	// kvnet restarted: a new kvnet process, its caches filled afresh,
+	// answers both of kvnet's configurations instead.
+	answerWithNewKvnet(t)
+	touchVMs(t, vms, "3")
+	checkMACsKept(t, vms, macs, "a restart of kvnet and an update")
 
 	var rows []string
 	for _, kind := range []string{"pod network only", "a network by rule", "a network by kvnet.io/networks", "MACs set by the owner"} {
@@ -471,4 +479,96 @@ func waitMACPoolCached(t *testing.T, ns string, sees bool) {
 		}
 		return nil
 	})
+}
+
+// answerWithNewKvnet starts another kvnet process (a replica on the
+// suite's policy, its caches synced from scratch) and points both of
+// kvnet's webhook configurations at it, as a restarted pod behind the
+// Service would answer; the suite's kvnet answers again at cleanup.
+func answerWithNewKvnet(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(testConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := framework.StartReplica(env.Config, framework.ReplicaOptions{
+		ConfigPath: path, LeaderElectionID: "kvnet-restarted-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
+		Name: "kvnet-restarted", CertDir: env.Env.WebhookInstallOptions.LocalServingCertDir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			t.Errorf("the restarted kvnet: %v", err)
+		}
+	})
+	if !r.Manager.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("the restarted kvnet's caches did not sync")
+	}
+	var mutating admissionregv1.MutatingWebhookConfigurationList
+	if err := env.Client.List(ctx, &mutating); err != nil {
+		t.Fatal(err)
+	}
+	var validating admissionregv1.ValidatingWebhookConfiguration
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "kvnet"}, &validating); err != nil {
+		t.Fatal(err)
+	}
+	for i := range mutating.Items {
+		m := &mutating.Items[i]
+		if !slices.ContainsFunc(m.Webhooks, func(w admissionregv1.MutatingWebhook) bool { return w.Name == peers.KvnetVMWebhook }) {
+			continue
+		}
+		before := m.DeepCopy()
+		for j := range m.Webhooks {
+			m.Webhooks[j].ClientConfig.URL = rehost(t, m.Webhooks[j].ClientConfig.URL, r.Addr)
+		}
+		if err := env.Client.Update(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { restoreURLs(t, &admissionregv1.MutatingWebhookConfiguration{}, before) })
+	}
+	before := validating.DeepCopy()
+	for j := range validating.Webhooks {
+		validating.Webhooks[j].ClientConfig.URL = rehost(t, validating.Webhooks[j].ClientConfig.URL, r.Addr)
+	}
+	if err := env.Client.Update(ctx, &validating); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restoreURLs(t, &admissionregv1.ValidatingWebhookConfiguration{}, before) })
+}
+
+// rehost is url with its host:port replaced by addr.
+func rehost(t *testing.T, url *string, addr string) *string {
+	t.Helper()
+	if url == nil {
+		t.Fatal("kvnet's webhook has no URL to point elsewhere")
+	}
+	u, err := neturl.Parse(*url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	return ptr.To(u.String())
+}
+
+// restoreURLs puts a configuration's webhooks back as they were.
+func restoreURLs(t *testing.T, cur, before client.Object) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(before), cur); err != nil {
+			return err
+		}
+		switch c := cur.(type) {
+		case *admissionregv1.MutatingWebhookConfiguration:
+			c.Webhooks = before.(*admissionregv1.MutatingWebhookConfiguration).Webhooks
+		case *admissionregv1.ValidatingWebhookConfiguration:
+			c.Webhooks = before.(*admissionregv1.ValidatingWebhookConfiguration).Webhooks
+		}
+		return env.Client.Update(context.Background(), cur)
+	})
+	if err != nil {
+		t.Errorf("pointing %s back at the suite's kvnet: %v", before.GetName(), err)
+	}
 }
