@@ -244,6 +244,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	} else if d > 0 {
 		later(d)
 	}
+	leases.set(req.String(), keptLeases(claims))
 
 	cfg := r.Config.Get()
 	live, liveObj, spec := liveOwner(vm, vmi)
@@ -297,6 +298,10 @@ func (r *Reconciler) releaseGone(ctx context.Context, namespace string, vm *kube
 			if vm != nil && vm.UID == ref.UID && vm.DeletionTimestamp == nil {
 				continue
 			}
+			if l, ok := LeaseOf(c); ok {
+				logf.FromContext(ctx).Info("the VM is gone but moved to another cluster: keeping its claim as a lease", "claim", c.Name, "peer", l.Peer, "migrationID", l.MigrationID)
+				continue
+			}
 			if err := r.release(ctx, c, ReasonVMDeleted); err != nil {
 				return 0, err
 			}
@@ -320,6 +325,17 @@ func (r *Reconciler) releaseGone(ctx context.Context, namespace string, vm *kube
 		}
 	}
 	return again, nil
+}
+
+// keptLeases are the leases among claims that kvnet's finalizer holds.
+func keptLeases(claims []ipamv1alpha1.IPAMClaim) []Lease {
+	var out []Lease
+	for i := range claims {
+		if l, ok := LeaseOf(&claims[i]); ok && controllerutil.ContainsFinalizer(&claims[i], Finalizer) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // liveOwner is the object whose claims should exist: the VM, unless it is

@@ -58,7 +58,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	for _, o := range []string{OutcomeAccepted, ReasonLate, ReasonNetworkName, ReasonOutsideSubnets, ReasonHeld, ReasonClaim} {
 		identitiesReceived.WithLabelValues(o)
 	}
-	return metrics.Register(reg, claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts, identitiesReceived, claimsTakenOver)
+	return metrics.Register(reg, claimsCreated, claimsReleased, claimsLeaked, claimsHeld, claimConflicts, identitiesReceived, claimsTakenOver, leases)
 }
 
 // leakTracker sums, over all owners, the claims that are held but unused,

@@ -60,6 +60,9 @@ type Controller struct {
 	// which is offered to the peer as soon as the sending VMIM is seen
 	// (offerIdentity); nil offers none.
 	Identities IdentitySource
+	// Leases, if set, makes leases of the claims of a VM whose sending
+	// VMIM succeeded (markLeases); nil makes none.
+	Leases LeaseMarker
 	// Log is the controller's logger.
 	Log logr.Logger
 
@@ -123,6 +126,9 @@ func Setup(mgr manager.Manager, c *Controller) error {
 // Reconcile implements reconcile.Reconciler.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := c.Log.WithValues("vmi", req.NamespacedName)
+	if err := c.markLeases(ctx, log, req.NamespacedName); err != nil {
+		return reconcile.Result{}, err
+	}
 	var vmi kubevirtv1.VirtualMachineInstance
 	if err := c.Client.Get(ctx, req.NamespacedName, &vmi); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -228,6 +228,7 @@ func setUpSourceSide(mgr manager.Manager, o ProxyOptions, getCert func() (*tls.C
 	}
 	if o.SendIdentities {
 		c.Identities = identitySource{mgr.GetAPIReader()}
+		c.Leases = leaseMarker{r: mgr.GetAPIReader(), c: mgr.GetClient()}
 	}
 	if err := proxy.Setup(mgr, c); err != nil {
 		return nil, fmt.Errorf("setting up the migration proxy: %w", err)

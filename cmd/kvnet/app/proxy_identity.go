@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -72,4 +73,16 @@ func (s identitySource) IdentityOf(ctx context.Context, vmi *kubevirtv1.VirtualM
 		out = append(out, hop.NetworkIdentity{Name: n.Name, NetworkName: n.NetworkName, MAC: n.MAC, IPs: n.IPs})
 	}
 	return out, nil
+}
+
+// leaseMarker is the source proxy's proxy.LeaseMarker: the VM's claims,
+// listed uncached (once per move) and patched.
+type leaseMarker struct {
+	r client.Reader
+	c client.Client
+}
+
+// MarkLeases implements proxy.LeaseMarker.
+func (l leaseMarker) MarkLeases(ctx context.Context, namespace, vm, peer, migrationID string) (int, error) {
+	return persistentips.MarkLeases(ctx, l.r, l.c, namespace, vm, peer, migrationID, time.Now())
 }

@@ -1,0 +1,143 @@
+package persistentips
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/kvnet/kvnet/internal/model/owner"
+)
+
+// A claim whose VM moved to another cluster is a lease: on a network
+// stretched across both clusters its IPs are live there, so the source
+// cluster must not give them to a new VM. The source proxy marks the
+// moved VM's claims when the sending VMIM succeeds (MarkLeases); the claim
+// controller then keeps kvnet's finalizer on them when the VM is deleted,
+// until the lease is released.
+const (
+	// LeasePeerAnnotation names the peer cluster the VM moved to.
+	LeasePeerAnnotation = "kvnet.io/lease-peer"
+	// LeaseMigrationAnnotation is the migration ID of the move.
+	LeaseMigrationAnnotation = "kvnet.io/lease-migration-id"
+	// LeaseSinceAnnotation is when the lease began (RFC 3339).
+	LeaseSinceAnnotation = "kvnet.io/lease-since"
+)
+
+// Lease is what a leased claim says of its lease.
+type Lease struct {
+	Peer, MigrationID string
+	Since             time.Time
+}
+
+// LeaseOf reads c's lease; ok is false when c is not leased.
+func LeaseOf(c *ipamv1alpha1.IPAMClaim) (l Lease, ok bool) {
+	peer, ok := c.Annotations[LeasePeerAnnotation]
+	if !ok {
+		return Lease{}, false
+	}
+	since, _ := time.Parse(time.RFC3339, c.Annotations[LeaseSinceAnnotation])
+	return Lease{Peer: peer, MigrationID: c.Annotations[LeaseMigrationAnnotation], Since: since}, true
+}
+
+// MarkLeases makes the claims kvnet holds for VM namespace/vm leases of
+// peer, for the move migrationID: those controlled by the VM and carrying
+// kvnet's finalizer. A claim already leased for that move is left as it is
+// (the proxy marks again after a restart). r lists the claims, c patches
+// them. It returns how many it marked.
+func MarkLeases(ctx context.Context, r client.Reader, c client.Client, namespace, vm, peer, migrationID string, now time.Time) (int, error) {
+	var list ipamv1alpha1.IPAMClaimList
+	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return 0, fmt.Errorf("listing the IPAMClaims of %s/%s: %w", namespace, vm, err)
+	}
+	marked := 0
+	for i := range list.Items {
+		claim := &list.Items[i]
+		ref := metav1.GetControllerOf(claim)
+		if ref == nil || ref.Kind != owner.KindVM || ref.Name != vm || !controllerutil.ContainsFinalizer(claim, Finalizer) {
+			continue
+		}
+		if l, ok := LeaseOf(claim); ok && l.MigrationID == migrationID && l.Peer == peer {
+			continue
+		}
+		patch := client.MergeFrom(claim.DeepCopy())
+		if claim.Annotations == nil {
+			claim.Annotations = map[string]string{}
+		}
+		claim.Annotations[LeasePeerAnnotation] = peer
+		claim.Annotations[LeaseMigrationAnnotation] = migrationID
+		claim.Annotations[LeaseSinceAnnotation] = now.UTC().Format(time.RFC3339)
+		if err := c.Patch(ctx, claim, patch); err != nil {
+			return marked, fmt.Errorf("marking IPAMClaim %s/%s a lease of %s: %w", claim.Namespace, claim.Name, peer, err)
+		}
+		marked++
+	}
+	return marked, nil
+}
+
+// leaseBook is the leases the claim controller keeps, by VM, for the
+// held-leases metrics.
+type leaseBook struct {
+	mu    sync.Mutex
+	byKey map[string][]Lease
+}
+
+var leases = &leaseBook{byKey: map[string][]Lease{}}
+
+// set records the leases kept for one VM (none: forget it).
+func (b *leaseBook) set(key string, ls []Lease) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(ls) == 0 {
+		delete(b.byKey, key)
+		return
+	}
+	b.byKey[key] = ls
+}
+
+var (
+	leasesHeldDesc = prometheus.NewDesc("kvnet_persistentips_leases_held",
+		"IPAMClaims kept as leases of a peer cluster: the VM moved there, so its IPs stay held here until the peer says it no longer holds them or an operator releases them, by peer.",
+		[]string{"peer"}, nil)
+	oldestLeaseDesc = prometheus.NewDesc("kvnet_persistentips_oldest_lease_age_seconds",
+		"Age of the oldest lease kept for a peer cluster, by peer.",
+		[]string{"peer"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (b *leaseBook) Describe(ch chan<- *prometheus.Desc) {
+	ch <- leasesHeldDesc
+	ch <- oldestLeaseDesc
+}
+
+// Collect implements prometheus.Collector.
+func (b *leaseBook) Collect(ch chan<- prometheus.Metric) {
+	b.mu.Lock()
+	count, oldest := map[string]int{}, map[string]time.Time{}
+	for _, ls := range b.byKey {
+		for _, l := range ls {
+			count[l.Peer]++
+			if o, ok := oldest[l.Peer]; !ok || l.Since.Before(o) {
+				oldest[l.Peer] = l.Since
+			}
+		}
+	}
+	b.mu.Unlock()
+	peers := make([]string, 0, len(count))
+	for p := range count {
+		peers = append(peers, p)
+	}
+	sort.Strings(peers)
+	now := time.Now()
+	for _, p := range peers {
+		ch <- prometheus.MustNewConstMetric(leasesHeldDesc, prometheus.GaugeValue, float64(count[p]), p)
+		ch <- prometheus.MustNewConstMetric(oldestLeaseDesc, prometheus.GaugeValue, now.Sub(oldest[p]).Seconds(), p)
+	}
+}
