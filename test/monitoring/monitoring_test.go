@@ -589,7 +589,7 @@ func TestRulesAndDashboardUseExportedMetrics(t *testing.T) {
 	}
 	var missing []string
 	for m, where := range used {
-		if !exported[m] && !declaredByProxyPerPeer(t, m) {
+		if !exported[m] && !declaredPerPeer(t, m) {
 			missing = append(missing, m+" ("+where+")")
 		}
 	}
@@ -607,22 +607,30 @@ func TestRulesAndDashboardUseExportedMetrics(t *testing.T) {
 	ctrl.Log.Info("metrics checked", "names", len(used))
 }
 
-// proxyPerPeer are the metrics whose series only `kvnet proxy` has, one per
-// configured peer once its KubeVirt CA exchange runs (TestProxyKubeVirtCASync
-// checks they are set): the webhook process scraped here has the collector
-// but no peer, so no series. For them the check is that a package under internal/proxy declares the
-// exact name, which still catches a rule with a misspelt one.
-var proxyPerPeer = map[string]bool{"kvnet_proxy_ca_exchange_last_success_timestamp_seconds": true}
+// perPeer are the metrics that have a series only per peer cluster, and
+// where each is declared: kvnet proxy's CA exchange, once it runs for a
+// configured peer (TestProxyKubeVirtCASync checks they are set), and the
+// claim controller's leases, once a moved VM's claims are kept
+// (TestMovedVMKeepsItsClaimsAsLeases checks them). The webhook process
+// scraped here has neither, so no series. For them the check is that a Go
+// file under that folder declares the exact name, which still catches a
+// rule with a misspelt one.
+var perPeer = map[string]string{
+	"kvnet_proxy_ca_exchange_last_success_timestamp_seconds": "internal/proxy",
+	"kvnet_persistentips_oldest_lease_age_seconds":           "internal/persistentips",
+	"kvnet_persistentips_leases_held":                        "internal/persistentips",
+}
 
-func declaredByProxyPerPeer(t *testing.T, name string) bool {
+func declaredPerPeer(t *testing.T, name string) bool {
 	t.Helper()
-	if !proxyPerPeer[name] {
+	dir, ok := perPeer[name]
+	if !ok {
 		return false
 	}
-	// The proxy is split into packages by job (the CA exchange declares
-	// these): every Go file under internal/proxy is read.
+	// Packages are split by job (the proxy's CA exchange declares its
+	// metric in a package of its own): every Go file under dir is read.
 	var files []string
-	err := filepath.WalkDir(filepath.Join(framework.RepoRoot(), "internal", "proxy"), func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(framework.RepoRoot(), dir), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
 			files = append(files, p)
 		}
@@ -632,14 +640,14 @@ func declaredByProxyPerPeer(t *testing.T, name string) bool {
 		t.Fatal(err)
 	}
 	if len(files) == 0 {
-		t.Fatal("no Go files under internal/proxy: the proxy package moved, update this check")
+		t.Fatalf("no Go files under %s: the package moved, update this check", dir)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(b), `Name: "`+name+`"`) {
+		if strings.Contains(string(b), `"`+name+`"`) {
 			return true
 		}
 	}
