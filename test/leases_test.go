@@ -7,7 +7,11 @@ import (
 	"time"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -28,7 +32,8 @@ const leaseKept = "the VM is gone but moved to another cluster: keeping its clai
 // when the source VM is deleted the claim controller keeps them (kvnet's
 // finalizer stays: the IPs stay held) and counts them in
 // kvnet_persistentips_leases_held{peer}. A VM deleted without having
-// moved, beside it, has its claim released as before.
+// moved, beside it, has its claim released as before. A tenant cannot
+// release the lease; the namespace's admin can, with one annotation.
 func TestMovedVMKeepsItsClaimsAsLeases(t *testing.T) {
 	ctx := context.Background()
 	ns := env.NewNamespace(t, nil)
@@ -113,10 +118,70 @@ func TestMovedVMKeepsItsClaimsAsLeases(t *testing.T) {
 	if age := metricValue(t, "kvnet_persistentips_oldest_lease_age_seconds", map[string]string{"peer": "cluster-b"}); age <= 0 || age > 3600 {
 		t.Errorf("kvnet_persistentips_oldest_lease_age_seconds{peer=cluster-b} = %v, want the lease's age", age)
 	}
+
+	// The release: a tenant (the namespace's edit role) may not set
+	// kvnet.io/lease-release; the namespace's admin (the chart's
+	// lease-release rule, which it aggregates into admin) may, and kvnet
+	// then lets the claim go.
+	released := metricValue(t, "kvnet_persistentips_claims_released_total", map[string]string{"reason": persistentips.ReasonLeaseReleased})
+	tenant := userClient(t, ns, "tenant", rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"})
+	if err := annotateClaim(tenant, c, "the VM is gone from cluster-b"); !apierrors.IsForbidden(err) {
+		t.Errorf("a tenant setting %s: %v, want forbidden", persistentips.LeaseReleaseAnnotation, err)
+	}
+	releaser := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-lease-release"}, Rules: []rbacv1.PolicyRule{persistentips.LeaseReleaseRule}}
+	if err := env.Client.Create(ctx, releaser); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, releaser) })
+	admin := userClient(t, ns, "admin", rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: releaser.Name})
+	if err := annotateClaim(admin, c, "the VM is gone from cluster-b"); err != nil {
+		t.Fatalf("the namespace's admin setting %s: %v", persistentips.LeaseReleaseAnnotation, err)
+	}
+	piEventually(t, "the released lease's claim let go", func() error {
+		cur, err := piGetClaim(ns, movedClaim.Name)
+		if err == nil && controllerutil.ContainsFinalizer(cur, persistentips.Finalizer) {
+			return fmt.Errorf("finalizers %v", cur.Finalizers)
+		}
+		return nil
+	})
+	if d := metricValue(t, "kvnet_persistentips_claims_released_total", map[string]string{"reason": persistentips.ReasonLeaseReleased}) - released; d != 1 {
+		t.Errorf("kvnet_persistentips_claims_released_total{reason=%s} rose by %v, want 1", persistentips.ReasonLeaseReleased, d)
+	}
+	if d := metricValue(t, "kvnet_persistentips_leases_held", map[string]string{"peer": "cluster-b"}) - held; d != 0 {
+		t.Errorf("kvnet_persistentips_leases_held{peer=cluster-b} is %v above where it started, want 0 once released", d)
+	}
 }
 
-// dropClaimFinalizer lets a lease go at the end of a test (releasing
-// leases is not built yet).
+// userClient is a client acting as user <name>@<ns>, bound in ns to role.
+func userClient(t *testing.T, ns, name string, role rbacv1.RoleRef) client.Client {
+	t.Helper()
+	user := name + "@" + ns
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		RoleRef:    role,
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if err := env.Client.Create(context.Background(), rb); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// annotateClaim sets kvnet.io/lease-release on claim as c's user would
+// with kubectl annotate.
+func annotateClaim(c client.Client, claim *ipamv1alpha1.IPAMClaim, why string) error {
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, persistentips.LeaseReleaseAnnotation, why))
+	return c.Patch(context.Background(), claim.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
+}
+
+// dropClaimFinalizer lets a lease go at the end of a test that failed
+// before releasing it.
 func dropClaimFinalizer(c *ipamv1alpha1.IPAMClaim) {
 	ctx := context.Background()
 	var cur ipamv1alpha1.IPAMClaim

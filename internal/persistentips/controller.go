@@ -298,11 +298,17 @@ func (r *Reconciler) releaseGone(ctx context.Context, namespace string, vm *kube
 			if vm != nil && vm.UID == ref.UID && vm.DeletionTimestamp == nil {
 				continue
 			}
+			reason := ReasonVMDeleted
 			if l, ok := LeaseOf(c); ok {
-				logf.FromContext(ctx).Info("the VM is gone but moved to another cluster: keeping its claim as a lease", "claim", c.Name, "peer", l.Peer, "migrationID", l.MigrationID)
-				continue
+				why := c.Annotations[LeaseReleaseAnnotation]
+				if why == "" {
+					logf.FromContext(ctx).Info("the VM is gone but moved to another cluster: keeping its claim as a lease", "claim", c.Name, "peer", l.Peer, "migrationID", l.MigrationID)
+					continue
+				}
+				logf.FromContext(ctx).Info("releasing a lease at an operator's request", "claim", c.Name, "peer", l.Peer, "migrationID", l.MigrationID, "why", why)
+				reason = ReasonLeaseReleased
 			}
-			if err := r.release(ctx, c, ReasonVMDeleted); err != nil {
+			if err := r.release(ctx, c, reason); err != nil {
 				return 0, err
 			}
 		case owner.KindVMI:

@@ -9,6 +9,7 @@ import (
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -29,7 +30,18 @@ const (
 	LeaseMigrationAnnotation = "kvnet.io/lease-migration-id"
 	// LeaseSinceAnnotation is when the lease began (RFC 3339).
 	LeaseSinceAnnotation = "kvnet.io/lease-since"
+	// LeaseReleaseAnnotation, set by an operator on a leased claim whose VM
+	// is gone here (its value says why), releases the lease: the claim
+	// controller removes kvnet's finalizer. Setting it takes patch on
+	// ipamclaims, which the chart gives namespace admins (its
+	// aggregate-to-admin role), not tenants (edit).
+	LeaseReleaseAnnotation = "kvnet.io/lease-release"
 )
+
+// LeaseReleaseRule is the rule the chart's <fullname>-lease-release
+// ClusterRole grants namespace admins (aggregate-to-admin): what setting
+// LeaseReleaseAnnotation takes. test/chart checks the chart against it.
+var LeaseReleaseRule = rbacv1.PolicyRule{APIGroups: []string{ipamv1alpha1.SchemeGroupVersion.Group}, Resources: []string{"ipamclaims"}, Verbs: []string{"get", "list", "patch"}}
 
 // Lease is what a leased claim says of its lease.
 type Lease struct {

@@ -15,6 +15,9 @@ const (
 	// ReasonNetworkChanged: the VM network now attaches another network
 	// (a NAD of another name), so its claim is deleted and created again.
 	ReasonNetworkChanged = "network-changed"
+	// ReasonLeaseReleased: an operator released the lease of a VM that
+	// moved to another cluster (LeaseReleaseAnnotation).
+	ReasonLeaseReleased = "lease-released"
 )
 
 var (
@@ -55,6 +58,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	claimsReleased.WithLabelValues(ReasonVMDeleted)
 	claimsReleased.WithLabelValues(ReasonVMIGone)
 	claimsReleased.WithLabelValues(ReasonNetworkChanged)
+	claimsReleased.WithLabelValues(ReasonLeaseReleased)
 	for _, o := range []string{OutcomeAccepted, ReasonLate, ReasonNetworkName, ReasonOutsideSubnets, ReasonHeld, ReasonClaim} {
 		identitiesReceived.WithLabelValues(o)
 	}
