@@ -195,30 +195,11 @@ func createMACVMs(t *testing.T, ruleNS, plainNS string, seq int) []macVM {
 	return vms
 }
 
+// macVMYAML is vmYAML's VM, halted, its pod interface with podMAC's
+// extra fields.
 func macVMYAML(name, podMAC, annotations string) string {
-	return `
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata:
-  name: ` + name + `
-  annotations: {` + annotations + `}
-spec:
-  runStrategy: Halted
-  template:
-    metadata:
-      labels: {kubevirt.io/vm: ` + name + `}
-    spec:
-      domain:
-        memory: {guest: 1Gi}
-        devices:
-          disks: [{name: containerdisk, disk: {bus: virtio}}]
-          interfaces:
-            - {name: default, masquerade: {}` + podMAC + `}
-      networks:
-        - {name: default, pod: {}}
-      volumes:
-        - {name: containerdisk, containerDisk: {image: quay.io/containerdisks/fedora:latest}}
-`
+	y := strings.Replace(vmYAML(name, "", "", annotations), "runStrategy: Always", "runStrategy: Halted", 1)
+	return strings.Replace(y, "{name: default, masquerade: {}}", "{name: default, masquerade: {}"+podMAC+"}", 1)
 }
 
 // interfaceMACs reads a stored VM's MAC per interface.

@@ -99,7 +99,7 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("ipam-extensions (%s) not found at %s: run `make peers` (hack/peers.sh unpacks it from ../shared/peers)", IPAMExtensionsCommit[:7], bin)
 	}
-	lock, err := lockPort(ctx, ipamExtensionsWebhookPort)
+	lock, err := claimFixedPort(ctx, ipamExtensionsWebhookPort, "ipam-extensions'")
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +108,6 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 			lock.Close()
 		}
 	}()
-	if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ipamExtensionsWebhookPort)), time.Second); err == nil {
-		conn.Close()
-		return nil, fmt.Errorf("port %d, where ipam-extensions' webhook server always listens, is taken", ipamExtensionsWebhookPort)
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -256,6 +252,21 @@ func serviceAccountKubeconfig(ctx context.Context, cfg *rest.Config, namespace, 
 	kc.CurrentContext = "test"
 	path := filepath.Join(dir, sa+".kubeconfig")
 	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+// claimFixedPort takes lockPort's lock of a port that peer's webhook
+// server always listens on, and fails if something listens there already.
+func claimFixedPort(ctx context.Context, port int, peer string) (*os.File, error) {
+	lock, err := lockPort(ctx, port)
+	if err != nil {
+		return nil, err
+	}
+	if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
+		conn.Close()
+		lock.Close()
+		return nil, fmt.Errorf("port %d, where %s webhook server always listens, is taken", port, peer)
+	}
+	return lock, nil
 }
 
 // lockPort takes an exclusive lock, shared by every test process of the

@@ -84,7 +84,7 @@ func StartKubemacpool(ctx context.Context, cfg *rest.Config, c client.Client, di
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("kubemacpool (%s) not found at %s: run `make peers` (hack/peers.sh unpacks it from ../shared/peers)", KubemacpoolVersion, bin)
 	}
-	lock, err := lockPort(ctx, kubemacpoolWebhookPort)
+	lock, err := claimFixedPort(ctx, kubemacpoolWebhookPort, "kubemacpool's")
 	if err != nil {
 		return nil, err
 	}
@@ -93,10 +93,6 @@ func StartKubemacpool(ctx context.Context, cfg *rest.Config, c client.Client, di
 			lock.Close()
 		}
 	}()
-	if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(kubemacpoolWebhookPort)), time.Second); err == nil {
-		conn.Close()
-		return nil, fmt.Errorf("port %d, where kubemacpool's webhook server always listens, is taken", kubemacpoolWebhookPort)
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
