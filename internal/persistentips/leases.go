@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -28,6 +31,9 @@ const (
 	LeasePeerAnnotation = "kvnet.io/lease-peer"
 	// LeaseMigrationAnnotation is the migration ID of the move.
 	LeaseMigrationAnnotation = "kvnet.io/lease-migration-id"
+	// LeaseTargetAnnotation is the VM the migration moved the VM to, in the
+	// peer cluster (namespace/name), which the lease check asks about.
+	LeaseTargetAnnotation = "kvnet.io/lease-target"
 	// LeaseSinceAnnotation is when the lease began (RFC 3339).
 	LeaseSinceAnnotation = "kvnet.io/lease-since"
 	// LeaseReleaseAnnotation, set by an operator on a leased claim whose VM
@@ -46,7 +52,9 @@ var LeaseReleaseRule = rbacv1.PolicyRule{APIGroups: []string{ipamv1alpha1.Scheme
 // Lease is what a leased claim says of its lease.
 type Lease struct {
 	Peer, MigrationID string
-	Since             time.Time
+	// Target is the receiving VM in the peer cluster, namespace/name.
+	Target string
+	Since  time.Time
 }
 
 // LeaseOf reads c's lease; ok is false when c is not leased.
@@ -56,15 +64,15 @@ func LeaseOf(c *ipamv1alpha1.IPAMClaim) (l Lease, ok bool) {
 		return Lease{}, false
 	}
 	since, _ := time.Parse(time.RFC3339, c.Annotations[LeaseSinceAnnotation])
-	return Lease{Peer: peer, MigrationID: c.Annotations[LeaseMigrationAnnotation], Since: since}, true
+	return Lease{Peer: peer, MigrationID: c.Annotations[LeaseMigrationAnnotation], Target: c.Annotations[LeaseTargetAnnotation], Since: since}, true
 }
 
 // MarkLeases makes the claims kvnet holds for VM namespace/vm leases of
-// peer, for the move migrationID: those controlled by the VM and carrying
-// kvnet's finalizer. A claim already leased for that move is left as it is
+// peer, for the move migrationID to VM target (namespace/name) there:
+// those controlled by the VM and carrying kvnet's finalizer. A claim already leased for that move is left as it is
 // (the proxy marks again after a restart). r lists the claims, c patches
 // them. It returns how many it marked.
-func MarkLeases(ctx context.Context, r client.Reader, c client.Client, namespace, vm, peer, migrationID string, now time.Time) (int, error) {
+func MarkLeases(ctx context.Context, r client.Reader, c client.Client, namespace, vm, peer, migrationID, target string, now time.Time) (int, error) {
 	var list ipamv1alpha1.IPAMClaimList
 	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return 0, fmt.Errorf("listing the IPAMClaims of %s/%s: %w", namespace, vm, err)
@@ -85,6 +93,7 @@ func MarkLeases(ctx context.Context, r client.Reader, c client.Client, namespace
 		}
 		claim.Annotations[LeasePeerAnnotation] = peer
 		claim.Annotations[LeaseMigrationAnnotation] = migrationID
+		claim.Annotations[LeaseTargetAnnotation] = target
 		claim.Annotations[LeaseSinceAnnotation] = now.UTC().Format(time.RFC3339)
 		if err := c.Patch(ctx, claim, patch); err != nil {
 			return marked, fmt.Errorf("marking IPAMClaim %s/%s a lease of %s: %w", claim.Namespace, claim.Name, peer, err)
@@ -92,6 +101,56 @@ func MarkLeases(ctx context.Context, r client.Reader, c client.Client, namespace
 		marked++
 	}
 	return marked, nil
+}
+
+// LeaseGroup is the kept leases of one move: the claims of one VM,
+// leased to one peer for one migration.
+type LeaseGroup struct {
+	Lease
+	// Namespace and VM are the VM that moved (the claims' owner here).
+	Namespace, VM string
+	Claims        []types.NamespacedName
+}
+
+// KeptLeases lists, from r, the leases kvnet keeps (its finalizer on) that
+// nobody has released yet, grouped by move.
+func KeptLeases(ctx context.Context, r client.Reader) ([]LeaseGroup, error) {
+	var list ipamv1alpha1.IPAMClaimList
+	if err := r.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing IPAMClaims: %w", err)
+	}
+	index := map[string]int{}
+	var out []LeaseGroup
+	for i := range list.Items {
+		c := &list.Items[i]
+		l, ok := LeaseOf(c)
+		ref := metav1.GetControllerOf(c)
+		if !ok || ref == nil || !controllerutil.ContainsFinalizer(c, Finalizer) || c.Annotations[LeaseReleaseAnnotation] != "" {
+			continue
+		}
+		key := strings.Join([]string{l.Peer, l.MigrationID, l.Target, c.Namespace, ref.Name}, "\x00")
+		j, seen := index[key]
+		if !seen {
+			j = len(out)
+			index[key] = j
+			out = append(out, LeaseGroup{Lease: l, Namespace: c.Namespace, VM: ref.Name})
+		}
+		out[j].Claims = append(out[j].Claims, types.NamespacedName{Namespace: c.Namespace, Name: c.Name})
+	}
+	return out, nil
+}
+
+// ReleaseLeases asks the claim controller to release claims, as an
+// operator does: LeaseReleaseAnnotation set to why.
+func ReleaseLeases(ctx context.Context, c client.Client, claims []types.NamespacedName, why string) error {
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, LeaseReleaseAnnotation, why))
+	for _, k := range claims {
+		claim := &ipamv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+		if err := c.Patch(ctx, claim, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("releasing the lease of IPAMClaim %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // leaseBook is the leases the claim controller keeps, by VM, for the

@@ -5,9 +5,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvnet/kvnet/internal/proxy/hop"
 )
 
 var leasesMarked = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -19,7 +22,7 @@ var leasesMarked = prometheus.NewCounterVec(prometheus.CounterOpts{
 // cluster into leases of that peer (persistentips.MarkLeases), and reports
 // how many it marked.
 type LeaseMarker interface {
-	MarkLeases(ctx context.Context, namespace, vm, peer, migrationID string) (int, error)
+	MarkLeases(ctx context.Context, namespace, vm, peer string, route hop.Route) (int, error)
 }
 
 // markLeases makes leases of the claims of the VM behind key (a VMI's
@@ -46,7 +49,12 @@ func (c *Controller) markLeases(ctx context.Context, log logr.Logger, key types.
 			log.Error(err, "a VM moved to a cluster no peer proxy serves: its claims are not made leases", "vmim", m.Name)
 			continue
 		}
-		n, err := c.Leases.MarkLeases(ctx, key.Namespace, key.Name, peer.Name, m.Spec.SendTo.MigrationID)
+		route, err := RouteOf(&kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, m)
+		if err != nil {
+			log.Error(err, "a VM moved on a route kvnet cannot read: its claims are not made leases", "vmim", m.Name)
+			continue
+		}
+		n, err := c.Leases.MarkLeases(ctx, key.Namespace, key.Name, peer.Name, route)
 		if n > 0 {
 			leasesMarked.WithLabelValues(peer.Name).Add(float64(n))
 			log.Info("the VM moved to a peer cluster: its claims are leases of that peer now", "vmim", m.Name, "peer", peer.Name, "migrationID", m.Spec.SendTo.MigrationID, "claims", n)

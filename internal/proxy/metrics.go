@@ -83,7 +83,7 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	}
 	identitiesOffered.WithLabelValues("accepted")
 	return metrics.Register(reg, connections, active, bytesRelayed, migrationBytes, dialErrors, refused,
-		acceptErrors, listenerReopens, idleTimeouts, queued, pendingHandshakes, listeners, caReloads, bindingsHeld, identitiesOffered, leasesMarked)
+		acceptErrors, listenerReopens, idleTimeouts, queued, pendingHandshakes, listeners, caReloads, bindingsHeld, identitiesOffered, leasesMarked, leaseChecks)
 }
 
 // streamCounters is one stream's handle on its migration's series.

@@ -71,6 +71,9 @@ type TargetServer struct {
 	// here; nil refuses them (identity-exchange-off). The Resolver must
 	// also be a ReceiverFinder.
 	Identities IdentityReceiver
+	// Holders answers peers' lease checks: whether the VM a migration
+	// moved here still exists; nil refuses them (identity-exchange-off).
+	Holders VMHolders
 	// Bindings tie each migration to the first peer that presents it; nil
 	// keeps them in this process's memory (tests only: a new leader would
 	// not know them). kvnet proxy passes a BindingStore.
@@ -242,6 +245,8 @@ func (s *TargetServer) handle(ctx context.Context, raw net.Conn) {
 		s.receiveCAs(ctx, log, peer, tc, req.CAOffer)
 	case req.Identity != nil:
 		s.receiveIdentity(ctx, log, peer, tc, req.Identity)
+	case req.Lease != nil:
+		s.answerLease(ctx, log, peer, tc, req.Lease)
 	default:
 		s.relayStream(ctx, log, peer, raw, tc, records, *req.Stream)
 	}

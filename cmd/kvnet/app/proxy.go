@@ -124,6 +124,10 @@ type ProxyOptions struct {
 	// IPs and its MACs) to the peer a sending VMIM names, when the proxy
 	// first sees the VMIM.
 	SendIdentities bool
+	// LeaseCheckInterval is how often, with SendIdentities, the proxy asks
+	// each peer about the leases kept here (proxy.LeaseChecker); 0 is
+	// proxy.DefaultLeaseCheckInterval.
+	LeaseCheckInterval time.Duration
 
 	// MetricsAddr, MetricsInsecure and MetricsCertDir are where and how
 	// /metrics is served (MetricsServing): HTTPS with the API server's
@@ -229,6 +233,12 @@ func setUpSourceSide(mgr manager.Manager, o ProxyOptions, getCert func() (*tls.C
 	if o.SendIdentities {
 		c.Identities = identitySource{mgr.GetAPIReader()}
 		c.Leases = leaseMarker{r: mgr.GetAPIReader(), c: mgr.GetClient()}
+		if err := mgr.Add(&proxy.LeaseChecker{
+			Leases: leaseStore{r: mgr.GetAPIReader(), c: mgr.GetClient(), log: log.WithName("leases")},
+			Dialer: c.Dialer, Peers: o.Peers, Interval: o.LeaseCheckInterval, Log: log.WithName("leases"),
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if err := proxy.Setup(mgr, c); err != nil {
 		return nil, fmt.Errorf("setting up the migration proxy: %w", err)
@@ -273,6 +283,7 @@ func setUpTargetSide(mgr manager.Manager, o ProxyOptions, dialer *proxy.Dialer, 
 	}
 	if o.ReceiveIdentities {
 		ts.Identities = newIdentityReceiver(mgr)
+		ts.Holders = vmHolders{mgr.GetAPIReader()}
 	}
 	if o.CASync {
 		if err := setupCASync(mgr, o, dialer, ts); err != nil {
@@ -472,6 +483,7 @@ func (f *proxyFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.o.CASyncInterval, "kubevirt-ca-sync-interval", caexchange.DefaultCASyncInterval, "how often the KubeVirt CA bundle is offered to every peer, besides on each change")
 	fs.BoolVar(&f.o.ReceiveIdentities, "receive-network-identities", true, "take the network identity (claim IPs and MACs) of a migration from the peer it is bound to and write it into the receiving VM's IPAMClaims (with --peers and the hop listener)")
 	fs.BoolVar(&f.o.SendIdentities, "send-network-identities", true, "offer a migrating VM's network identity (claim IPs and MACs) to the peer its sending VMIM names, before the target pod exists (with --peers)")
+	fs.DurationVar(&f.o.LeaseCheckInterval, "lease-check-interval", proxy.DefaultLeaseCheckInterval, "with --send-network-identities: how often each peer is asked whether the VMs that moved there still exist, to release the leases kept here for them")
 	registerMetricsFlags(fs, &f.o.MetricsAddr, &f.o.MetricsInsecure, &f.o.MetricsCertDir)
 	fs.StringVar(&f.o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address")
 	fs.BoolVar(&f.o.LeaderElect, "leader-elect", true, "elect one active proxy; keep on with more than one replica")

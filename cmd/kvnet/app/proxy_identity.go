@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,6 +85,59 @@ type leaseMarker struct {
 }
 
 // MarkLeases implements proxy.LeaseMarker.
-func (l leaseMarker) MarkLeases(ctx context.Context, namespace, vm, peer, migrationID string) (int, error) {
-	return persistentips.MarkLeases(ctx, l.r, l.c, namespace, vm, peer, migrationID, time.Now())
+func (l leaseMarker) MarkLeases(ctx context.Context, namespace, vm, peer string, route hop.Route) (int, error) {
+	return persistentips.MarkLeases(ctx, l.r, l.c, namespace, vm, peer, route.MigrationID, route.Target.String(), time.Now())
+}
+
+// leaseStore is the source proxy's proxy.LeaseStore: the kept leases,
+// listed uncached at each check, and released as an operator would
+// (kvnet.io/lease-release), for the claim controller to let go.
+type leaseStore struct {
+	r   client.Reader
+	c   client.Client
+	log logr.Logger
+}
+
+// Leased implements proxy.LeaseStore.
+func (l leaseStore) Leased(ctx context.Context) ([]proxy.LeasedVM, error) {
+	groups, err := persistentips.KeptLeases(ctx, l.r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]proxy.LeasedVM, 0, len(groups))
+	for _, g := range groups {
+		target, err := hop.ParseVMRef(g.Target)
+		rt := hop.Route{MigrationID: g.MigrationID, Source: hop.VMRef{Namespace: g.Namespace, Name: g.VM}, Target: target}
+		if err == nil {
+			err = rt.Validate()
+		}
+		if err != nil {
+			// Written by MarkLeases, or by hand: without a route to ask
+			// about, the lease stays until an operator releases it.
+			l.log.Info("a lease names no route the peer can be asked about: kept", "claims", g.Claims, "error", err.Error())
+			continue
+		}
+		out = append(out, proxy.LeasedVM{Peer: g.Peer, Route: rt, Claims: g.Claims})
+	}
+	return out, nil
+}
+
+// Release implements proxy.LeaseStore.
+func (l leaseStore) Release(ctx context.Context, vm proxy.LeasedVM, why string) error {
+	return persistentips.ReleaseLeases(ctx, l.c, vm.Claims, why)
+}
+
+// vmHolders is the target proxy's proxy.VMHolders: a VM read uncached.
+type vmHolders struct{ r client.Reader }
+
+// Holds implements proxy.VMHolders.
+func (h vmHolders) Holds(ctx context.Context, vm hop.VMRef) (bool, error) {
+	var cur kubevirtv1.VirtualMachine
+	switch err := h.r.Get(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: vm.Name}, &cur); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return cur.DeletionTimestamp == nil, nil
 }

@@ -62,6 +62,8 @@ type Request struct {
 	Stream   *Preamble
 	CAOffer  *CAOffer
 	Identity *Identity
+	// Lease is a lease check (LeaseCheck).
+	Lease *LeaseCheck
 }
 
 // ReadRequest reads one hop request of either kind from r and no byte
@@ -90,6 +92,12 @@ func ReadRequest(r io.Reader) (Request, error) {
 			return Request{}, err
 		}
 		return Request{Identity: &id}, nil
+	case leaseMagic:
+		q, err := readLeaseBody(r)
+		if err != nil {
+			return Request{}, err
+		}
+		return Request{Lease: &q}, nil
 	}
 	return Request{}, errors.New("hop request: not a kvnet proxy request (bad magic)")
 }
@@ -97,7 +105,7 @@ func ReadRequest(r io.Reader) (Request, error) {
 // MarshalBinary encodes whichever request r holds.
 func (r Request) MarshalBinary() ([]byte, error) {
 	set := 0
-	for _, ok := range []bool{r.Stream != nil, r.CAOffer != nil, r.Identity != nil} {
+	for _, ok := range []bool{r.Stream != nil, r.CAOffer != nil, r.Identity != nil, r.Lease != nil} {
 		if ok {
 			set++
 		}
@@ -110,6 +118,8 @@ func (r Request) MarshalBinary() ([]byte, error) {
 		return r.CAOffer.MarshalBinary()
 	case r.Identity != nil:
 		return r.Identity.MarshalBinary()
+	case r.Lease != nil:
+		return r.Lease.MarshalBinary()
 	}
-	return nil, errors.New("hop request: want exactly one of a stream preamble, a CA offer and an identity")
+	return nil, errors.New("hop request: want exactly one of a stream preamble, a CA offer, an identity and a lease check")
 }

@@ -145,6 +145,8 @@ const (
 	RefusedIdentityStore
 	RefusedWrongVM
 	RefusedIdentityHeld
+	// RefusedNotHeld answers a lease check: the receiving VM is gone.
+	RefusedNotHeld
 )
 
 var refusalNames = map[RefusalCode]string{
@@ -177,6 +179,7 @@ var refusalNames = map[RefusalCode]string{
 	RefusedIdentityStore:      "identity-store-failed",
 	RefusedWrongVM:            "wrong-namespace-or-vm",
 	RefusedIdentityHeld:       "identity-held",
+	RefusedNotHeld:            "identity-not-held",
 }
 
 // RefusalCodes are every refusal there is, for a metric's labels to

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +55,11 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add([]byte("KVNID\x02\x05mig-1\x01a\x01b\x01a\x01b\xff"))
 	f.Add([]byte("KVNID\x02\x05mig-1\x01a\x01b\x01a\x01b\x01\x01a\x01n\x06\x02\x00\x00\x00\x00\x01\x01\x04\x0a\x00\x00\x01\x21"))
 	f.Add([]byte("KVNID\x01\x05mig-1\x01\x01a\x01n\x06\x02\x00\x00\x00\x00\x01\x01\x04\x0a\x00\x00\x01\x21"))
+	lease, _ := LeaseCheck{Route: testRoute("mig-1")}.MarshalBinary()
+	f.Add(lease)
+	f.Add(append(lease, "tail"...))
+	f.Add([]byte("KVNLS\x01\x05mig-1\x01a\x01b\x01a"))
+	f.Add([]byte("KVNLS\x01\x05mig-1\x01a\x01b\x01a\x01B"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
 		req, err := ReadRequest(r)
@@ -68,4 +74,30 @@ func FuzzReadRequest(f *testing.F) {
 			t.Fatalf("decoded request re-encodes as %x, read %x", enc, b[:read])
 		}
 	})
+}
+
+// A lease check carries its route and nothing else, and reads back as
+// written, no byte more; a malformed route is refused naming the field.
+func TestLeaseCheckRoundTrip(t *testing.T) {
+	q := LeaseCheck{Route: testRoute("mig-7")}
+	b, err := q.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bytes.NewReader(append(b, "stream"...))
+	req, err := ReadRequest(r)
+	if err != nil || req.Lease == nil || req.Lease.Route != q.Route || req.Stream != nil || req.Identity != nil || req.CAOffer != nil {
+		t.Fatalf("ReadRequest = %+v, %v; want the lease check back", req, err)
+	}
+	if r.Len() != len("stream") {
+		t.Errorf("read %d bytes past the request", len("stream")-r.Len())
+	}
+	bad := q
+	bad.Target.Name = "Not_A_Name"
+	if _, err := bad.MarshalBinary(); err == nil || !strings.Contains(err.Error(), "target.name") {
+		t.Errorf("a bad target name: %v, want an error naming target.name", err)
+	}
+	if got := RefusedNotHeld.String(); got != "identity-not-held" {
+		t.Errorf("RefusedNotHeld = %q", got)
+	}
 }
