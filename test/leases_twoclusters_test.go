@@ -7,8 +7,12 @@ import (
 	"testing"
 	"time"
 
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -20,11 +24,13 @@ import (
 )
 
 // Leases across two API servers, both proxies: cluster A (the suite's)
-// keeps the claims of three VMs that moved away and were deleted in A. Two
-// moved to cluster B, whose proxy answers A's lease checks: while B holds a
-// VM, its lease stays; once B deletes one, A releases that lease within a
-// check, and only that one. The third moved to cluster C, whose proxy does
-// not answer: its lease stays, however many checks fail.
+// keeps the claims of four VMs that moved away and were deleted in A. Three
+// moved to cluster B, whose proxy answers A's lease checks: while B's VM
+// exists and a claim of it holds IPs, its lease stays; once B deletes one
+// VM, and removes another's claim, A releases those two leases within a
+// check, and only those. The fourth moved to cluster C, whose proxy does
+// not answer: its lease stays, however many checks fail, until the
+// namespace's admin releases it by hand (a tenant may not).
 func TestLeasesReleasedByThePeer(t *testing.T) {
 	ctx := context.Background()
 	b, err := framework.StartCluster()
@@ -50,7 +56,7 @@ func TestLeasesReleasedByThePeer(t *testing.T) {
 	// The three VMs in A, with their claims.
 	ns := env.NewNamespace(t, nil)
 	piPersistentNAD(t, ns, "blue", "blue-"+ns)
-	names := []string{"kept", "gone", "unasked"}
+	names := []string{"kept", "gone", "emptied", "unasked"}
 	claims := map[string]string{}
 	for _, n := range names {
 		vm := piVmWithNetworks(ns, n, [2]string{"blue", "blue"})
@@ -59,10 +65,25 @@ func TestLeasesReleasedByThePeer(t *testing.T) {
 		claims[n] = c.Name
 		t.Cleanup(func() { dropClaimFinalizer(c) })
 	}
-	// Where two of them run now: cluster B, same namespace and names.
+	// Where three of them run now: cluster B, same namespace and names,
+	// each with the claim the identity exchange filled.
 	mustCreate(t, b.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	for _, n := range []string{"kept", "gone"} {
-		mustCreate(t, b.Client, piVmWithNetworks(ns, n, [2]string{"blue", "blue"}))
+	inB := map[string]*ipamv1alpha1.IPAMClaim{}
+	for i, n := range []string{"kept", "gone", "emptied"} {
+		vm := piVmWithNetworks(ns, n, [2]string{"blue", "blue"})
+		mustCreate(t, b.Client, vm)
+		c := &ipamv1alpha1.IPAMClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: persistentips.ClaimName(n, "blue"), OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: n, UID: vm.UID, Controller: ptr.To(true),
+			}}},
+			Spec: ipamv1alpha1.IPAMClaimSpec{Network: "blue-" + ns, Interface: persistentips.PodInterfaceName("blue")},
+		}
+		mustCreate(t, b.Client, c)
+		c.Status.IPs = []string{fmt.Sprintf("10.100.0.%d/24", 10+i)}
+		if err := b.Client.Status().Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		inB[n] = c
 	}
 
 	// A's proxy: B answers, C's address does not.
@@ -82,7 +103,7 @@ func TestLeasesReleasedByThePeer(t *testing.T) {
 	startProxy(t, mgrA)
 
 	// The moves, as KubeVirt records them in A, then the VMs deleted in A.
-	for n, host := range map[string]string{"kept": "192.0.2.2", "gone": "192.0.2.2", "unasked": "192.0.2.3"} {
+	for n, host := range map[string]string{"kept": "192.0.2.2", "gone": "192.0.2.2", "emptied": "192.0.2.2", "unasked": "192.0.2.3"} {
 		vmim := &kubevirtv1.VirtualMachineInstanceMigration{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n + "-out"},
 			Spec: kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: n,
@@ -112,9 +133,9 @@ func TestLeasesReleasedByThePeer(t *testing.T) {
 		piDropFinalizer(vm)
 	}
 
-	// B holds both: checks answer held, and nothing is released.
-	piEventually(t, "cluster B answers two lease checks held", func() error {
-		if d := metricValue(t, "kvnet_proxy_lease_checks_total", map[string]string{"peer": "cluster-b", "outcome": "held"}) - held; d < 4 {
+	// B holds all three: checks answer held, and nothing is released.
+	piEventually(t, "cluster B answers two rounds of lease checks held", func() error {
+		if d := metricValue(t, "kvnet_proxy_lease_checks_total", map[string]string{"peer": "cluster-b", "outcome": "held"}) - held; d < 6 {
 			return fmt.Errorf("%v held answers so far", d)
 		}
 		return nil
@@ -125,17 +146,23 @@ func TestLeasesReleasedByThePeer(t *testing.T) {
 		}
 	}
 
-	// B deletes one: A releases that lease, and only that one.
+	// B deletes one VM, and another's claim: A releases those two leases,
+	// and only those.
 	if err := b.Client.Delete(ctx, &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"}}); err != nil {
 		t.Fatal(err)
 	}
-	piEventually(t, "the lease of the VM cluster B deleted released", func() error {
-		c, err := piGetClaim(ns, claims["gone"])
-		if err == nil && controllerutil.ContainsFinalizer(c, persistentips.Finalizer) {
-			return fmt.Errorf("finalizers %v, annotations %v", c.Finalizers, c.Annotations)
-		}
-		return nil
-	})
+	if err := b.Client.Delete(ctx, inB["emptied"]); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"gone", "emptied"} {
+		piEventually(t, "the lease of "+n+" released", func() error {
+			c, err := piGetClaim(ns, claims[n])
+			if err == nil && controllerutil.ContainsFinalizer(c, persistentips.Finalizer) {
+				return fmt.Errorf("finalizers %v, annotations %v", c.Finalizers, c.Annotations)
+			}
+			return nil
+		})
+	}
 	after := metricValue(t, "kvnet_proxy_lease_checks_total", map[string]string{"peer": "cluster-b", "outcome": "held"})
 	piEventually(t, "cluster B asked about the VM it keeps again", func() error {
 		if d := metricValue(t, "kvnet_proxy_lease_checks_total", map[string]string{"peer": "cluster-b", "outcome": "held"}) - after; d < 1 {
@@ -151,4 +178,29 @@ func TestLeasesReleasedByThePeer(t *testing.T) {
 			t.Errorf("%s's claim: %v, %+v; want it kept (its VM is still in B, or its peer is down)", n, err, c)
 		}
 	}
+
+	// The peer that is down will not answer: the namespace's admin releases
+	// its lease by hand; a tenant may not.
+	c, err := piGetClaim(ns, claims["unasked"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := userClient(t, ns, "tenant", rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"})
+	if err := annotateClaim(tenant, c, "cluster-c is gone"); !apierrors.IsForbidden(err) {
+		t.Errorf("a tenant releasing a lease: %v, want forbidden", err)
+	}
+	releaser := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-lease-release"}, Rules: []rbacv1.PolicyRule{persistentips.LeaseReleaseRule}}
+	mustCreate(t, env.Client, releaser)
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), releaser) })
+	admin := userClient(t, ns, "admin", rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: releaser.Name})
+	if err := annotateClaim(admin, c, "cluster-c is gone"); err != nil {
+		t.Fatalf("the namespace's admin releasing a lease: %v", err)
+	}
+	piEventually(t, "the lease the admin released let go", func() error {
+		c, err := piGetClaim(ns, claims["unasked"])
+		if err == nil && controllerutil.ContainsFinalizer(c, persistentips.Finalizer) {
+			return fmt.Errorf("finalizers %v", c.Finalizers)
+		}
+		return nil
+	})
 }

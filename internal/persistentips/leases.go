@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -151,6 +152,23 @@ func ReleaseLeases(ctx context.Context, c client.Client, claims []types.Namespac
 		}
 	}
 	return nil
+}
+
+// HoldsIPs reports whether one of the claims vm controls, not being
+// deleted, holds IPs: what a peer's lease check asks of a VM that moved
+// here.
+func HoldsIPs(ctx context.Context, r client.Reader, vm *kubevirtv1.VirtualMachine) (bool, error) {
+	var list ipamv1alpha1.IPAMClaimList
+	if err := r.List(ctx, &list, client.InNamespace(vm.Namespace)); err != nil {
+		return false, fmt.Errorf("listing the IPAMClaims of %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	for i := range list.Items {
+		c := &list.Items[i]
+		if ref := metav1.GetControllerOf(c); ref != nil && ref.UID == vm.UID && c.DeletionTimestamp == nil && len(c.Status.IPs) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // leaseBook is the leases the claim controller keeps, by VM, for the

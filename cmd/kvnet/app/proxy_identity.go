@@ -127,7 +127,11 @@ func (l leaseStore) Release(ctx context.Context, vm proxy.LeasedVM, why string) 
 	return persistentips.ReleaseLeases(ctx, l.c, vm.Claims, why)
 }
 
-// vmHolders is the target proxy's proxy.VMHolders: a VM read uncached.
+// vmHolders is the target proxy's proxy.VMHolders, read uncached: the VM
+// holds the identity a migration carried while it exists, is not being
+// deleted, and one of its claims (kvnet's, or any it controls) still holds
+// IPs; its claims all released (its persistent networks removed), the IPs
+// are free here too.
 type vmHolders struct{ r client.Reader }
 
 // Holds implements proxy.VMHolders.
@@ -138,6 +142,8 @@ func (h vmHolders) Holds(ctx context.Context, vm hop.VMRef) (bool, error) {
 		return false, nil
 	case err != nil:
 		return false, err
+	case cur.DeletionTimestamp != nil:
+		return false, nil
 	}
-	return cur.DeletionTimestamp == nil, nil
+	return persistentips.HoldsIPs(ctx, h.r, &cur)
 }
