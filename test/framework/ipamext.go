@@ -2,7 +2,6 @@ package framework
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -120,12 +119,7 @@ func StartIPAMExtensions(ctx context.Context, cfg *rest.Config, c client.Client,
 	if err != nil {
 		return nil, err
 	}
-	ca, err := newTestCert("ipam-extensions-test-ca", nil, nil, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	serving, err := newTestCert("kubevirt-ipam-controller-webhook-service", ca,
-		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	ca, serving, err := loopbackServing("ipam-extensions-test-ca", "kubevirt-ipam-controller-webhook-service")
 	if err != nil {
 		return nil, err
 	}

@@ -2,9 +2,7 @@ package framework
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -109,12 +107,7 @@ func StartKubemacpool(ctx context.Context, cfg *rest.Config, c client.Client, di
 	if err != nil {
 		return nil, err
 	}
-	ca, err := newTestCert("kubemacpool-test-ca", nil, nil, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	serving, err := newTestCert("kubemacpool-service", ca,
-		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	ca, serving, err := loopbackServing("kubemacpool-test-ca", "kubemacpool-service")
 	if err != nil {
 		return nil, err
 	}

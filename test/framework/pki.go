@@ -80,3 +80,14 @@ func (c *testCert) write(dir, name string) (crt, key string, err error) {
 	}
 	return crt, key, os.WriteFile(key, c.keyPEM, 0o600)
 }
+
+// loopbackServing issues a CA named caCN and, signed by it, a serving
+// certificate named cn for 127.0.0.1 and localhost: what a peer's webhook
+// server, registered by URL, serves the API server.
+func loopbackServing(caCN, cn string) (ca, serving *testCert, err error) {
+	if ca, err = newTestCert(caCN, nil, nil, nil, nil); err != nil {
+		return nil, nil, err
+	}
+	serving, err = newTestCert(cn, ca, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	return ca, serving, err
+}
