@@ -73,6 +73,11 @@ type Controller struct {
 	base              context.Context
 	stop              context.CancelFunc
 	sessions          map[types.NamespacedName]*session
+	// leased are the succeeded sending VMIMs whose claims this process
+	// has made leases: a VMI key is reconciled again on every event of its
+	// VMI or VMIMs, and marking reads the namespace's claims from the API
+	// server, once per move is enough.
+	leased sync.Map // types.UID -> struct{}
 }
 
 // session is the relays of one migration of one VMI.

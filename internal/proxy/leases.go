@@ -44,6 +44,9 @@ func (c *Controller) markLeases(ctx context.Context, log logr.Logger, key types.
 		if m.Spec.SendTo == nil || m.Spec.VMIName != key.Name || m.Status.Phase != kubevirtv1.MigrationSucceeded {
 			continue
 		}
+		if _, done := c.leased.Load(m.UID); done {
+			continue
+		}
 		peer, err := PeerFor(c.Peers, m.Spec.SendTo.ConnectURL)
 		if err != nil {
 			log.Error(err, "a VM moved to a cluster no peer proxy serves: its claims are not made leases", "vmim", m.Name)
@@ -62,6 +65,7 @@ func (c *Controller) markLeases(ctx context.Context, log logr.Logger, key types.
 		if err != nil {
 			return err
 		}
+		c.leased.Store(m.UID, struct{}{})
 	}
 	return nil
 }
