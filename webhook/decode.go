@@ -196,12 +196,16 @@ var patchMembers = chain.MemberPaths()
 // Parents are pointers, so the decode also tells which ones the object has.
 type vmView struct {
 	Metadata *objectMeta `json:"metadata"`
-	Spec     *struct {
-		Template *struct {
-			Metadata *objectMeta  `json:"metadata"`
-			Spec     *vmiSpecView `json:"spec"`
-		} `json:"template"`
-	} `json:"spec"`
+	Spec     *vmSpecView `json:"spec"`
+}
+
+type vmSpecView struct {
+	Template *vmTemplateView `json:"template"`
+}
+
+type vmTemplateView struct {
+	Metadata *objectMeta  `json:"metadata"`
+	Spec     *vmiSpecView `json:"spec"`
 }
 
 type vmiView struct {
@@ -210,15 +214,19 @@ type vmiView struct {
 }
 
 type vmiSpecView struct {
-	Domain *struct {
-		Devices *struct {
-			Interfaces                 []kubevirtv1.Interface `json:"interfaces"`
-			NetworkInterfaceMultiQueue *bool                  `json:"networkInterfaceMultiqueue"`
-			AutoattachPodInterface     *bool                  `json:"autoattachPodInterface"`
-		} `json:"devices"`
-		Memory *kubevirtv1.Memory `json:"memory"`
-	} `json:"domain"`
+	Domain   *domainView          `json:"domain"`
 	Networks []kubevirtv1.Network `json:"networks"`
+}
+
+type domainView struct {
+	Devices *devicesView       `json:"devices"`
+	Memory  *kubevirtv1.Memory `json:"memory"`
+}
+
+type devicesView struct {
+	Interfaces                 []kubevirtv1.Interface `json:"interfaces"`
+	NetworkInterfaceMultiQueue *bool                  `json:"networkInterfaceMultiqueue"`
+	AutoattachPodInterface     *bool                  `json:"autoattachPodInterface"`
 }
 
 func (v *vmiSpecView) spec() kubevirtv1.VirtualMachineInstanceSpec {

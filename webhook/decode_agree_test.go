@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -167,6 +168,41 @@ func TestRealReviewsTakeTheFastPath(t *testing.T) {
 			t.Fatalf("%T: fast=%v err=%v", newView(), fast, err)
 		}
 	}
+}
+
+// Every VM and VMI review of the golden inputs and examples is scanned,
+// its view with it. A review the scan gave up on is still answered right,
+// by the API server's decoder, only slower: this is where that shows.
+func TestVMReviewsAreScanned(t *testing.T) {
+	scanned := 0
+	for _, raw := range agreeSeeds(t) {
+		var probe struct {
+			Request struct {
+				Object struct{ Kind string }
+			}
+		}
+		if json.Unmarshal(raw, &probe) != nil {
+			continue
+		}
+		var view any
+		switch probe.Request.Object.Kind {
+		case "VirtualMachine":
+			view = new(vmView)
+		case "VirtualMachineInstance":
+			view = new(vmiView)
+		default:
+			continue
+		}
+		rv := &review{Request: &request{Object: objectField{body: raw, view: view}, OldObject: objectField{body: raw}}}
+		if err := scanReview(raw, rv); err != nil || !rv.Request.Object.decoded {
+			t.Errorf("scan: %v, view decoded %v, on %s", err, rv.Request.Object.decoded, raw)
+		}
+		scanned++
+	}
+	if scanned < 5 {
+		t.Fatalf("%d VM and VMI reviews among the seeds, want at least 5", scanned)
+	}
+	t.Logf("%d VM and VMI reviews scanned", scanned)
 }
 
 // interfaceView is a view a handler might one day read: a member decoded

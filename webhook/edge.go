@@ -13,8 +13,6 @@ import (
 	"slices"
 	"time"
 
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-logr/logr"
 	segjson "github.com/segmentio/encoding/json"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -106,33 +104,6 @@ type objectField struct {
 	raw []byte
 }
 
-// UnmarshalJSONFrom implements the v2 json.UnmarshalerFrom. The decoder's
-// input offsets, a documented API, give the object's place in body; any
-// inconsistency is an error, which sends the whole review to apijson's v1
-// decode.
-func (o *objectField) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	start := valueStart(o.body, dec.InputOffset())
-	// apijson.Fast looked at the review's type, which stops here: the
-	// view's own type is this decode's to check.
-	if o.view != nil && dec.PeekKind() == '{' && apijson.DecodesAlike(o.view) {
-		if err := jsonv2.UnmarshalDecode(dec, o.view); err != nil {
-			return err
-		}
-		o.decoded = true
-	} else if _, err := dec.ReadValue(); err != nil {
-		return err
-	}
-	end := dec.InputOffset()
-	if start < 0 || end > int64(len(o.body)) || start >= end {
-		return errors.New("the object's place in the body is unknown")
-	}
-	o.raw = o.body[start:end:end]
-	if string(o.raw) == "null" {
-		o.raw = nil
-	}
-	return nil
-}
-
 // valueStart is the offset of the value that follows a member name ending
 // at off: after white space and the colon.
 func valueStart(body []byte, off int64) int64 {
@@ -160,9 +131,23 @@ func (o *objectField) UnmarshalJSON(in []byte) error {
 // decodeReview decodes body as apijson.Unmarshal does, and the request's
 // object into view too if view is not nil and the object is a JSON object
 // (rv.Request.Object.decoded says whether it was).
+//
+// The review is scanned by tokens (see scanReview); a review the scan
+// refuses is decoded again, from scratch and without the view, by the API
+// server's decoder, whose answer stands.
 func decodeReview(body []byte, view any) (*review, error) {
-	rv := &review{Request: &request{Object: objectField{body: body, view: view}, OldObject: objectField{body: body}}}
-	if err := apijson.Unmarshal(body, rv); err != nil {
+	newReview := func(view any) *review {
+		return &review{Request: &request{Object: objectField{body: body, view: view}, OldObject: objectField{body: body}}}
+	}
+	if apijson.IsObject(body) {
+		rv := newReview(view)
+		if scanReview(body, rv) == nil {
+			rv.complete()
+			return rv, nil
+		}
+	}
+	rv := newReview(nil)
+	if err := apijson.V1(body, rv); err != nil {
 		return nil, err
 	}
 	rv.complete()

@@ -11,7 +11,7 @@ import (
 // stacks, and the one it stands in for.
 
 // DecodeReview is the Edge's decode: the review, and the handler's view of
-// its object in the same v2 pass.
+// its object in the same pass (scanned by tokens, see scanReview).
 func DecodeReview(body []byte, view any) error {
 	_, err := decodeReview(body, view)
 	return err

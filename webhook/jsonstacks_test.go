@@ -52,7 +52,8 @@ func ratio(b *testing.B, name, num, den, unit string) {
 // in for, in one run, on the bodies of the README's table: the VM gaining
 // four networks (two by rule, two by annotation) and the real API server's
 // launcher-pod review (11 KB). The review and the handler's view are
-// decoded in one encoding/json/v2 pass; the alternative is the API
+// decoded in one pass (scanned by tokens; the pod's view by
+// encoding/json/v2 within it); the alternative is the API
 // server's decoder (sigs.k8s.io/json) reading the review, then the view
 // (x-apiserver: v2's CPU over the API server decoder's). Then the whole VM
 // request through the Edge beside the floor (x-floor-cpu), and what that
