@@ -42,7 +42,7 @@ func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
 // more is how many wanted networks are left, this one included: the first
 // append makes room for all of them, since an Interface is large and
 // growing the lists one append at a time would copy them at every doubling.
-func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n config.Network, more int) (added bool, err error) {
+func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config.Network, more int) (added bool, err error) {
 	ref := n.NAD.In(req.Namespace)
 	if i, existing := req.Network(n.Name); i >= 0 {
 		if n.DefaultRoute && existing.Multus != nil && sameNAD(req, existing.Multus.NetworkName, ref) {

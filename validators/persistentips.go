@@ -118,9 +118,9 @@ func (PersistentIPs) asks(ctx context.Context, req *chain.Request) ([]persistent
 		switch {
 		case !w.Network.PersistentIPs:
 		case w.Rule == requested.Annotation:
-			out = append(out, persistentAsk{net: w.Network, path: requested.AnnotationPath, source: requested.Annotation})
+			out = append(out, persistentAsk{net: *w.Network, path: requested.AnnotationPath, source: requested.Annotation})
 		default:
-			out = append(out, persistentAsk{net: w.Network, source: "config rule " + w.Rule})
+			out = append(out, persistentAsk{net: *w.Network, source: "config rule " + w.Rule})
 		}
 	}
 	return out, nil

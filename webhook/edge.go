@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -392,7 +393,13 @@ func (e *Edge) write(w http.ResponseWriter, apiVersion string, resp admission.Re
 			Response: &failed.AdmissionResponse,
 		})
 	}
-	w.Header().Set("Content-Type", "application/json")
+	// With its length stated, the answer goes out as one body, however
+	// large: without it net/http sends any answer past 2 KB chunked (a VM
+	// gaining four networks answers 2.3 KB), which costs both ends a
+	// chunked framing and the API server a chunked read.
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	if _, err := w.Write(b); err != nil {
 		e.Log.V(1).Info("writing the response failed", "error", err.Error())
 	}

@@ -180,8 +180,8 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 			}
 		}
 	}
-	fmt.Fprintf(out, "| body | C | floor req/s | kvnet req/s | kvnet/floor | floor p99 ms | kvnet p50 / p90 / p99 / max ms | CPU µs/req floor / kvnet | kvnet RSS MiB (peak) |\n")
-	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "| body | C | floor req/s | kvnet req/s | kvnet/floor | floor p99 ms | kvnet p50 / p90 / p99 / max ms | CPU µs/req floor / kvnet | load tool's CPU µs/req floor / kvnet | kvnet RSS MiB (peak) |\n")
+	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, b := range bodies {
 		for _, c := range o.conns {
 			kv := merge(results[key{b.Name, "kvnet", c}])
@@ -193,6 +193,10 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 				floorP99 = ms(fl.Percentile(0.99))
 			}
 			cpu, rss := "-", "-"
+			client := fmt.Sprintf("%.0f", perRequest(kv.ClientCPU, kv.Requests))
+			if fl != nil {
+				client = fmt.Sprintf("%.0f / %s", perRequest(fl.ClientCPU, fl.Requests), client)
+			}
 			if kv.CPU > 0 {
 				cpu = fmt.Sprintf("%.0f", float64(kv.CPU.Microseconds())/float64(kv.Requests))
 				if fl != nil && fl.CPU > 0 {
@@ -200,11 +204,19 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 				}
 				rss = fmt.Sprintf("%.0f (%.0f)", float64(kv.RSS)/(1<<20), float64(kv.HWM)/(1<<20))
 			}
-			fmt.Fprintf(out, "| %s `%s` | %d | %s | %.0f | %s | %s | %s / %s / %s / %s | %s | %s |\n", b.Name, b.Path, c, floorRate, kv.ReqPerSec(), ratio, floorP99,
-				ms(kv.Percentile(0.5)), ms(kv.Percentile(0.9)), ms(kv.Percentile(0.99)), ms(kv.Percentile(1)), cpu, rss)
+			fmt.Fprintf(out, "| %s `%s` | %d | %s | %.0f | %s | %s | %s / %s / %s / %s | %s | %s | %s |\n", b.Name, b.Path, c, floorRate, kv.ReqPerSec(), ratio, floorP99,
+				ms(kv.Percentile(0.5)), ms(kv.Percentile(0.9)), ms(kv.Percentile(0.99)), ms(kv.Percentile(1)), cpu, client, rss)
 		}
 	}
 	return nil
+}
+
+// perRequest is d per request in microseconds.
+func perRequest(d time.Duration, requests int) float64 {
+	if requests == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(requests)
 }
 
 func indexBody(bodies []loadtest.Body, name string) int {
@@ -227,6 +239,7 @@ func merge(rs []*loadtest.Result) *loadtest.Result {
 		m.Elapsed += r.Elapsed
 		m.Latencies = append(m.Latencies, r.Latencies...)
 		m.CPU += r.CPU
+		m.ClientCPU += r.ClientCPU
 		m.RSS = max(m.RSS, r.RSS)
 		m.HWM = max(m.HWM, r.HWM)
 	}

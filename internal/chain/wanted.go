@@ -42,15 +42,14 @@ func (r *Request) WantedNetworks(ctx context.Context) ([]requested.Wanted, error
 	if count == 0 {
 		return nil, nil
 	}
-	// One allocation: a Wanted holds a whole config.Network.
 	out := make([]requested.Wanted, 0, count)
 	for _, rule := range matched {
-		for _, n := range rule.Networks {
-			out = append(out, requested.Wanted{Rule: rule.Name, Network: n})
+		for i := range rule.Networks {
+			out = append(out, requested.Wanted{Rule: rule.Name, Network: &rule.Networks[i]})
 		}
 	}
-	for _, n := range asked {
-		out = append(out, requested.Wanted{Rule: requested.Annotation, Network: n})
+	for i := range asked {
+		out = append(out, requested.Wanted{Rule: requested.Annotation, Network: &asked[i]})
 	}
 	return out, nil
 }

@@ -1,9 +1,13 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -70,5 +74,64 @@ func TestRunVerifiesAnswers(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatalf("server: %v", err)
 		}
+	}
+}
+
+// Once an answer is verified in full, every later one must be the same
+// bytes but for its own uid: a changed byte anywhere, another request's
+// uid or another server's answer fails.
+func TestVerifierHoldsLaterAnswersToTheFirst(t *testing.T) {
+	f, bodies := fixture(t)
+	var b Body
+	for _, body := range bodies {
+		if body.Name == "vm" {
+			b = body
+		}
+	}
+	uid, at, err := requestUID(b.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := func(h http.Handler, n int) (string, []byte) {
+		review := bytes.Clone(b.Review)
+		id := fmt.Sprintf("%0*d", len(uid), n)
+		copy(review[at:], id)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, newRequest(b.Path, review))
+		return id, rec.Body.Bytes()
+	}
+	var obj struct {
+		Request struct {
+			Object json.RawMessage `json:"object"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(b.Review, &obj); err != nil {
+		t.Fatal(err)
+	}
+	kv := f.KvnetMux()
+	v := &verifier{body: b, obj: obj.Request.Object, expectPatch: true}
+	id1, a1 := answer(kv, 1)
+	if err := v.check(a1, id1); err != nil || v.verified.Load() == nil {
+		t.Fatalf("the first answer, checked in full: %v", err)
+	}
+	id2, a2 := answer(kv, 2)
+	if err := v.check(a2, id2); err != nil {
+		t.Fatalf("a later answer: %v", err)
+	}
+	if err := v.check(a2, id1); err == nil {
+		t.Fatal("an answer for another request's uid passed")
+	}
+	tampered := bytes.Clone(a2)
+	i := bytes.Index(tampered, []byte(`"patch":"`)) + len(`"patch":"`) + 10
+	tampered[i] ^= 1
+	if err := v.check(tampered, id2); err == nil {
+		t.Fatal("an answer with a changed patch passed")
+	}
+	id3, floorAnswer := answer(FloorMux(), 3)
+	if err := v.check(floorAnswer, id3); err == nil {
+		t.Fatal("the floor's answer passed as kvnet's")
+	}
+	if err := (&verifier{body: b, obj: obj.Request.Object, expectPatch: true}).check(floorAnswer, id3); err == nil {
+		t.Fatal("the floor's answer passed the full check of kvnet's")
 	}
 }

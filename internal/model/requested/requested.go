@@ -30,8 +30,10 @@ var AnnotationPath = field.NewPath("metadata", "annotations").Key(Annotation)
 // Wanted is one network a config rule or the annotation asks for.
 type Wanted struct {
 	// Rule names the config rule, or is Annotation.
-	Rule    string
-	Network config.Network
+	Rule string
+	// Network is the rule's or the parsed annotation's own: read it, never
+	// change it (a rule's is the live config's).
+	Network *config.Network
 }
 
 // Parse reads the kvnet.io/networks annotation. It takes the Multus
