@@ -82,9 +82,18 @@ func newVMView(kind chain.Kind) any {
 	return nil
 }
 
+// requestParts are a chain request and the objects its pointers alias,
+// allocated in one piece.
+type requestParts struct {
+	req      chain.Request
+	shape    vmShape
+	meta     metav1.ObjectMeta
+	template kubevirtv1.VirtualMachineInstanceTemplateSpec
+}
+
 func (v *vmView) request() (*chain.Request, *vmShape) {
-	vm := &kubevirtv1.VirtualMachine{ObjectMeta: v.Metadata.objectMeta()}
-	shape := &vmShape{}
+	p := &requestParts{meta: v.Metadata.objectMeta()}
+	shape := &p.shape
 	v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
 	if s := v.Spec; s != nil {
 		shape.members.Add(chain.MemberSpec)
@@ -92,18 +101,21 @@ func (v *vmView) request() (*chain.Request, *vmShape) {
 			shape.members.Add(chain.MemberTemplate)
 			t.Metadata.shape(&shape.members, chain.MemberTemplateMeta, chain.MemberTemplateAnnotations, chain.MemberTemplateLabels)
 			t.Spec.shape(&shape.members)
-			vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
+			p.template = kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
 		}
 	}
-	return chain.ForVM(vm), shape
+	chain.InitVM(&p.req, &p.meta, &p.template)
+	return &p.req, shape
 }
 
 func (v *vmiView) request() (*chain.Request, *vmShape) {
-	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: v.Metadata.objectMeta(), Spec: v.Spec.spec()}
-	shape := &vmShape{}
+	p := &requestParts{meta: v.Metadata.objectMeta()}
+	p.template.Spec = v.Spec.spec()
+	shape := &p.shape
 	v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
 	v.Spec.shape(&shape.members)
-	return chain.ForVMI(vmi), shape
+	chain.InitVMI(&p.req, &p.meta, &p.template.Spec)
+	return &p.req, shape
 }
 
 // decodeView returns view if the Edge decoded the object into it, and

@@ -91,7 +91,7 @@ func (h *PodMutateHandler) mutatePod(ctx context.Context, req admission.Request,
 		}
 		pr.OldPod = old
 	}
-	annotations, labels := maps.Clone(pod.Annotations), maps.Clone(pod.Labels)
+	annotations, labels := patch.Snapshot(pod.Annotations), patch.Snapshot(pod.Labels)
 	containers, volumes := entryNames(pod.Spec.Containers, containerName), entryNames(pod.Spec.Volumes, volumeName)
 	resources := copyResources(&pod.Spec)
 	if err := chain.RunPodMutators(ctx, pr, h.Mutators); err != nil {
@@ -119,7 +119,7 @@ func (h *PodMutateHandler) mutatePod(ctx context.Context, req admission.Request,
 // podOps is the patch for what the mutators changed in the pod's labels and
 // annotations (before: annotations, labels). A pod without metadata gets
 // it added whole.
-func podOps(present podPresence, annotations, labels map[string]string, pod *corev1.Pod) []jsonpatch.Operation {
+func podOps(present podPresence, annotations, labels patch.Entries, pod *corev1.Pod) []jsonpatch.Operation {
 	if !present.metadata {
 		meta := map[string]any{}
 		if len(pod.Annotations) > 0 {
@@ -133,8 +133,8 @@ func podOps(present podPresence, annotations, labels map[string]string, pod *cor
 		}
 		return []jsonpatch.Operation{{Operation: "add", Path: "/metadata", Value: meta}}
 	}
-	ops := patch.StringMap("/metadata/annotations", present.annotations, annotations, pod.Annotations)
-	return append(ops, patch.StringMap("/metadata/labels", present.labels, labels, pod.Labels)...)
+	ops := patch.StringMapSince("/metadata/annotations", present.annotations, annotations, pod.Annotations)
+	return append(ops, patch.StringMapSince("/metadata/labels", present.labels, labels, pod.Labels)...)
 }
 
 // specOps adds the containers and volumes the mutators appended (the pod

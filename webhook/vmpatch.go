@@ -3,7 +3,6 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -18,7 +17,7 @@ import (
 
 // regionValues are the regions' values before the chain ran, in Regions' order.
 type regionValues struct {
-	maps       []map[string]string
+	maps       []patch.Entries
 	networks   []kubevirtv1.Network
 	interfaces []kubevirtv1.Interface
 	multiqueue *bool
@@ -30,13 +29,13 @@ type regionValues struct {
 // the copy and the object after the chain.
 func snapshot(rs chain.Regions) regionValues {
 	b := regionValues{
-		maps:       make([]map[string]string, len(rs.Maps)),
+		maps:       make([]patch.Entries, len(rs.Maps)),
 		networks:   deepCopies(*rs.Networks.Field, func(in, out *kubevirtv1.Network) { in.DeepCopyInto(out) }),
 		interfaces: deepCopies(*rs.Interfaces.Field, func(in, out *kubevirtv1.Interface) { in.DeepCopyInto(out) }),
 		memory:     (*rs.Memory.Field).DeepCopy(),
 	}
 	for i, m := range rs.Maps {
-		b.maps[i] = maps.Clone(*m.Field)
+		b.maps[i] = patch.Snapshot(*m.Field)
 	}
 	if mq := *rs.Multiqueue.Field; mq != nil {
 		b.multiqueue = ptr.To(*mq)
@@ -68,7 +67,7 @@ func vmPatch(raw []byte, shape *vmShape, rs chain.Regions, b regionValues) ([]js
 	var n patch.Nested
 	for i, m := range rs.Maps {
 		if after := *m.Field; absent(&n, shape, m.Pointer, after, len(after) == 0) {
-			n.Ops = append(n.Ops, patch.StringMap(m.Pointer, true, b.maps[i], after)...)
+			n.Ops = append(n.Ops, patch.StringMapSince(m.Pointer, true, b.maps[i], after)...)
 		}
 	}
 	if err := listRegion(&n, raw, shape, rs.Networks, b.networks, func(e *kubevirtv1.Network) string { return e.Name }); err != nil {

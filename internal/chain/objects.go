@@ -1,6 +1,7 @@
 package chain
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
@@ -22,13 +23,22 @@ func ForVM(vm *kubevirtv1.VirtualMachine) *Request {
 	if vm.Spec.Template == nil {
 		vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
 	}
-	return &Request{
+	r := new(Request)
+	InitVM(r, &vm.ObjectMeta, vm.Spec.Template)
+	return r
+}
+
+// InitVM makes r the request of a VM with metadata meta and template t,
+// held apart from a VirtualMachine: the webhook decodes only these, and
+// allocates them with the request in one piece.
+func InitVM(r *Request, meta *metav1.ObjectMeta, t *kubevirtv1.VirtualMachineInstanceTemplateSpec) {
+	*r = Request{
 		Kind:             KindVM,
-		Name:             vm.Name,
-		Namespace:        vm.Namespace,
-		Meta:             &vm.ObjectMeta,
-		TemplateMeta:     &vm.Spec.Template.ObjectMeta,
-		Spec:             &vm.Spec.Template.Spec,
+		Name:             meta.Name,
+		Namespace:        meta.Namespace,
+		Meta:             meta,
+		TemplateMeta:     &t.ObjectMeta,
+		Spec:             &t.Spec,
 		SpecPath:         vmSpecPath,
 		TemplateMetaPath: vmTemplateMetaPath,
 	}
@@ -37,13 +47,21 @@ func ForVM(vm *kubevirtv1.VirtualMachine) *Request {
 // ForVMI builds a request whose pointers alias into vmi; its own metadata
 // is also where annotations for its pod go.
 func ForVMI(vmi *kubevirtv1.VirtualMachineInstance) *Request {
-	return &Request{
+	r := new(Request)
+	InitVMI(r, &vmi.ObjectMeta, &vmi.Spec)
+	return r
+}
+
+// InitVMI makes r the request of a VMI with metadata meta and spec spec
+// (see InitVM).
+func InitVMI(r *Request, meta *metav1.ObjectMeta, spec *kubevirtv1.VirtualMachineInstanceSpec) {
+	*r = Request{
 		Kind:             KindVMI,
-		Name:             vmi.Name,
-		Namespace:        vmi.Namespace,
-		Meta:             &vmi.ObjectMeta,
-		TemplateMeta:     &vmi.ObjectMeta,
-		Spec:             &vmi.Spec,
+		Name:             meta.Name,
+		Namespace:        meta.Namespace,
+		Meta:             meta,
+		TemplateMeta:     meta,
+		Spec:             spec,
 		SpecPath:         vmiSpecPath,
 		TemplateMetaPath: vmiTemplateMetaPath,
 	}

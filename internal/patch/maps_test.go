@@ -31,3 +31,26 @@ func TestStringMap(t *testing.T) {
 		t.Fatalf("no change gave %v", ops)
 	}
 }
+
+// A snapshot is a copy: the map changed after it is patched from what it
+// held then.
+func TestSnapshotIsACopy(t *testing.T) {
+	m := map[string]string{"b": "2", "a": "1", "c": "3"}
+	snap := patch.Snapshot(m)
+	m["a"], m["d"] = "changed", "4"
+	delete(m, "c")
+	if v, ok := snap.Get("a"); !ok || v != "1" {
+		t.Fatalf("snapshot's a = %q, %v", v, ok)
+	}
+	if _, ok := snap.Get("d"); ok {
+		t.Fatal("the snapshot holds a key added after it")
+	}
+	ops := patch.StringMapSince("/m", true, snap, m)
+	want := []opPath{{"replace", "/m/a"}, {"remove", "/m/c"}, {"add", "/m/d"}}
+	if !sameOps(opPaths(ops), want) {
+		t.Fatalf("ops = %v, want %v", opPaths(ops), want)
+	}
+	if patch.Snapshot(nil) != nil || patch.StringMapSince("/m", true, nil, map[string]string{}) != nil {
+		t.Fatal("an empty map is an empty snapshot, and no change from one")
+	}
+}
