@@ -62,7 +62,7 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config
 	if err := setBinding(ctx, req, &iface, n.Binding, n.NAD.String()); err != nil {
 		return false, err
 	}
-	if err := keepPodNetwork(ctx, req); err != nil {
+	if err := keepPodNetwork(ctx, req, more); err != nil {
 		return false, err
 	}
 	req.Spec.Networks = append(slices.Grow(req.Spec.Networks, more), kubevirtv1.Network{
@@ -83,7 +83,8 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config
 // once kvnet adds a network, KubeVirt would no longer attach it, and the VM
 // would silently lose its cluster network. The binding is the KubeVirt CR's
 // defaultNetworkInterface, bridge when unset or not visible, as in KubeVirt.
-func keepPodNetwork(ctx context.Context, req *chain.Request) error {
+// The lists get room for the more networks about to be added after it.
+func keepPodNetwork(ctx context.Context, req *chain.Request, more int) error {
 	s := req.Spec
 	if len(s.Networks) > 0 || len(s.Domain.Devices.Interfaces) > 0 {
 		return nil
@@ -100,8 +101,8 @@ func keepPodNetwork(ctx context.Context, req *chain.Request) error {
 		kv.Spec.Configuration.NetworkConfiguration.NetworkInterface == string(kubevirtv1.MasqueradeInterface) {
 		iface = kubevirtv1.DefaultMasqueradeNetworkInterface()
 	}
-	s.Networks = append(s.Networks, *kubevirtv1.DefaultPodNetwork())
-	s.Domain.Devices.Interfaces = append(s.Domain.Devices.Interfaces, *iface)
+	s.Networks = append(slices.Grow(s.Networks, 1+more), *kubevirtv1.DefaultPodNetwork())
+	s.Domain.Devices.Interfaces = append(slices.Grow(s.Domain.Devices.Interfaces, 1+more), *iface)
 	req.Record(NetworkInjector{}.Name(), "", iface.Name)
 	return nil
 }

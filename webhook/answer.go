@@ -7,13 +7,12 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"unicode/utf8"
 
-	"github.com/go-json-experiment/json/jsontext"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kvnet/kvnet/internal/apijson"
 )
 
 // appendReview appends the AdmissionReview that carries resp, byte for
@@ -25,12 +24,12 @@ import (
 // metadata, rare and only on a refusal, is left to encoding/json.
 func appendReview(b []byte, apiVersion string, resp *admissionv1.AdmissionResponse) ([]byte, error) {
 	b = append(b, `{"kind":"AdmissionReview","apiVersion":`...)
-	b, err := appendString(b, apiVersion)
+	b, err := apijson.AppendString(b, apiVersion)
 	if err != nil {
 		return nil, err
 	}
 	b = append(b, `,"response":{"uid":`...)
-	if b, err = appendString(b, string(resp.UID)); err != nil {
+	if b, err = apijson.AppendString(b, string(resp.UID)); err != nil {
 		return nil, err
 	}
 	b = append(b, `,"allowed":`...)
@@ -48,7 +47,7 @@ func appendReview(b []byte, apiVersion string, resp *admissionv1.AdmissionRespon
 	}
 	if resp.PatchType != nil {
 		b = append(b, `,"patchType":`...)
-		if b, err = appendString(b, string(*resp.PatchType)); err != nil {
+		if b, err = apijson.AppendString(b, string(*resp.PatchType)); err != nil {
 			return nil, err
 		}
 	}
@@ -58,11 +57,11 @@ func appendReview(b []byte, apiVersion string, resp *admissionv1.AdmissionRespon
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, err = appendString(b, k); err != nil {
+			if b, err = apijson.AppendString(b, k); err != nil {
 				return nil, err
 			}
 			b = append(b, ':')
-			if b, err = appendString(b, resp.AuditAnnotations[k]); err != nil {
+			if b, err = apijson.AppendString(b, resp.AuditAnnotations[k]); err != nil {
 				return nil, err
 			}
 		}
@@ -74,45 +73,13 @@ func appendReview(b []byte, apiVersion string, resp *admissionv1.AdmissionRespon
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, err = appendString(b, w); err != nil {
+			if b, err = apijson.AppendString(b, w); err != nil {
 				return nil, err
 			}
 		}
 		b = append(b, ']')
 	}
 	return append(b, "}}"...), nil
-}
-
-// appendString appends s quoted as encoding/json quotes it: jsontext's
-// quoting, and then what encoding/json escapes beyond JSON's minimum (<,
-// >, & for HTML, U+2028 and U+2029 for JavaScript; kvnet's warnings say
-// "<= v1.12"). A string that is not UTF-8, which encoding/json repairs its
-// own way, is left to it.
-func appendString(b []byte, s string) ([]byte, error) {
-	if !utf8.ValidString(s) {
-		q, err := json.Marshal(s)
-		return append(b, q...), err
-	}
-	start := len(b)
-	b, err := jsontext.AppendQuote(b, s)
-	if err != nil || !strings.ContainsAny(s, "<>&\u2028\u2029") {
-		return b, err
-	}
-	quoted := string(b[start:])
-	b = b[:start]
-	for _, r := range quoted {
-		switch r {
-		case '<', '>', '&':
-			b = append(b, `\u00`...)
-			b = strconv.AppendUint(b, uint64(r), 16)
-		case '\u2028', '\u2029':
-			b = append(b, `\u`...)
-			b = strconv.AppendUint(b, uint64(r), 16)
-		default:
-			b = utf8.AppendRune(b, r)
-		}
-	}
-	return b, nil
 }
 
 // appendStatus appends s as encoding/json writes a metav1.Status.
@@ -128,7 +95,7 @@ func appendStatus(b []byte, s *metav1.Status) ([]byte, error) {
 			continue
 		}
 		b = append(b, `,"`+f.key+`":`...)
-		if b, err = appendString(b, f.value); err != nil {
+		if b, err = apijson.AppendString(b, f.value); err != nil {
 			return nil, err
 		}
 	}

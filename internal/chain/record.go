@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/kvnet/kvnet/internal/apijson"
 )
 
 // Change is one entry of the kvnet.io/mutations annotation.
@@ -117,7 +119,7 @@ func recordInto(annotations *map[string]string, changes []Change) error {
 		}
 		all = before
 	}
-	b, err := json.Marshal(all)
+	b, err := appendChanges(make([]byte, 0, 64*len(all)), all)
 	if err != nil {
 		return fmt.Errorf("recording mutations: %w", err)
 	}
@@ -126,4 +128,53 @@ func recordInto(annotations *map[string]string, changes []Change) error {
 	}
 	(*annotations)[MutationsAnnotation] = string(b)
 	return nil
+}
+
+// appendChanges appends changes as encoding/json encodes them (the
+// members in Change's order, empty ones left out), without its reflection
+// and its copy of the result: the record is written on every VM kvnet
+// changes. TestChangesEncodeAsEncodingJSON holds it to encoding/json's
+// bytes.
+func appendChanges(b []byte, changes []Change) ([]byte, error) {
+	b = append(b, '[')
+	var err error
+	for i := range changes {
+		c := &changes[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"mutator":`...)
+		if b, err = apijson.AppendString(b, c.Mutator); err != nil {
+			return nil, err
+		}
+		if c.Rule != "" {
+			b = append(b, `,"rule":`...)
+			if b, err = apijson.AppendString(b, c.Rule); err != nil {
+				return nil, err
+			}
+		}
+		if len(c.Networks) > 0 {
+			b = append(b, `,"networks":[`...)
+			for j, n := range c.Networks {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				if b, err = apijson.AppendString(b, n); err != nil {
+					return nil, err
+				}
+			}
+			b = append(b, ']')
+		}
+		for _, f := range [...]struct{ key, value string }{{`,"leftTo":`, c.LeftTo}, {`,"missedBy":`, c.MissedBy}} {
+			if f.value == "" {
+				continue
+			}
+			b = append(b, f.key...)
+			if b, err = apijson.AppendString(b, f.value); err != nil {
+				return nil, err
+			}
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']'), nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,7 +73,6 @@ func Parse(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 		}
 	}
 	var errs field.ErrorList
-	seen := map[string]bool{}
 	var taken addresses.Taken
 	defaultRoute := ""
 	for i := range nets {
@@ -80,16 +80,15 @@ func Parse(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 		if n.Binding == "" {
 			n.Binding = config.BindingAuto
 		}
-		for _, e := range config.ValidateNetwork(*n, field.NewPath("["+strconv.Itoa(i)+"]")) {
+		for _, e := range config.ValidateNetwork(*n, indexPath(i)) {
 			errs = append(errs, field.Invalid(p, value, e.Error()))
 		}
 		for _, c := range taken.Take(n.Name, n.Request) {
 			errs = append(errs, field.Invalid(p, value, fmt.Sprintf("networks %q and %q both ask for %s %s", c.Holder, n.Name, c.Kind, c.Addr)))
 		}
-		if seen[n.Name] {
+		if slices.ContainsFunc(nets[:i], func(o config.Network) bool { return o.Name == n.Name }) {
 			errs = append(errs, field.Invalid(p, value, fmt.Sprintf("network %q is requested twice", n.Name)))
 		}
-		seen[n.Name] = true
 		if n.DefaultRoute {
 			if defaultRoute != "" {
 				errs = append(errs, field.Invalid(p, value, fmt.Sprintf("only one network may carry the default route; %q and %q both ask for it", defaultRoute, n.Name)))
@@ -101,6 +100,24 @@ func Parse(value string, p *field.Path) ([]config.Network, field.ErrorList) {
 		return nil, errs
 	}
 	return nets, nil
+}
+
+// indexPaths are the paths of the first networks of a list, built once:
+// ValidateNetwork takes the path of the network it checks, and names it
+// only in an error.
+var indexPaths = func() []*field.Path {
+	out := make([]*field.Path, 16)
+	for i := range out {
+		out[i] = field.NewPath("[" + strconv.Itoa(i) + "]")
+	}
+	return out
+}()
+
+func indexPath(i int) *field.Path {
+	if i < len(indexPaths) {
+		return indexPaths[i]
+	}
+	return field.NewPath("[" + strconv.Itoa(i) + "]")
 }
 
 // requestedV2 decodes the JSON form with encoding/json/v2 (see apijson),

@@ -1,0 +1,42 @@
+package apijson
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// AppendString appends s quoted as encoding/json quotes it: jsontext's
+// quoting, and then what encoding/json escapes beyond JSON's minimum (<,
+// >, & for HTML, U+2028 and U+2029 for JavaScript; kvnet's warnings say
+// "<= v1.12"). A string that is not UTF-8, which encoding/json repairs its
+// own way, is left to it.
+func AppendString(b []byte, s string) ([]byte, error) {
+	if !utf8.ValidString(s) {
+		q, err := json.Marshal(s)
+		return append(b, q...), err
+	}
+	start := len(b)
+	b, err := jsontext.AppendQuote(b, s)
+	if err != nil || !strings.ContainsAny(s, "<>&\u2028\u2029") {
+		return b, err
+	}
+	quoted := string(b[start:])
+	b = b[:start]
+	for _, r := range quoted {
+		switch r {
+		case '<', '>', '&':
+			b = append(b, `\u00`...)
+			b = strconv.AppendUint(b, uint64(r), 16)
+		case '\u2028', '\u2029':
+			b = append(b, `\u`...)
+			b = strconv.AppendUint(b, uint64(r), 16)
+		default:
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return b, nil
+}
