@@ -3,7 +3,6 @@ package apijson
 import (
 	"encoding/json"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -21,7 +20,7 @@ func AppendString(b []byte, s string) ([]byte, error) {
 	}
 	start := len(b)
 	b, err := jsontext.AppendQuote(b, s)
-	if err != nil || !strings.ContainsAny(s, "<>&\u2028\u2029") {
+	if err != nil || !mayNeedEscape(s) {
 		return b, err
 	}
 	quoted := string(b[start:])
@@ -39,4 +38,19 @@ func AppendString(b []byte, s string) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// mayNeedEscape reports whether s may hold what encoding/json escapes
+// beyond JSON's minimum: <, >, &, or a character whose UTF-8 starts with
+// 0xE2, as U+2028 and U+2029 do (others that do are checked again, one
+// rune at a time). strings.ContainsAny with those two in its set walks s
+// rune by rune, for every string of every answer.
+func mayNeedEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '<', '>', '&', 0xE2:
+			return true
+		}
+	}
+	return false
 }
