@@ -30,14 +30,14 @@ func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
 			return err
 		}
 		if info == nil || !info.IsKubeOVN() {
-			if req.DefaultRoute[net.Name] {
+			if req.CarriesDefaultRoute(net.Name) {
 				req.Warn("network %s asks for the default route, but only kube-ovn attachments honour that; ignored", net.Name)
 			}
 			continue
 		}
 		provider := info.KubeOVNProvider()
 		changed := false
-		if req.DefaultRoute[net.Name] {
+		if req.CarriesDefaultRoute(net.Name) {
 			changed = setAnnotation(req, provider+kubeovn.DefaultRoute, "true") || changed
 		}
 		if req.Config.KubeOVN.LegacyLiveMigration {

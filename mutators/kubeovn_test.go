@@ -95,10 +95,7 @@ spec:
       networks: `+c.networks+`
 `, mustConfig(t, cfg))
 			for _, n := range c.defaultRoute {
-				if req.DefaultRoute == nil {
-					req.DefaultRoute = map[string]bool{}
-				}
-				req.DefaultRoute[n] = true
+				req.MarkDefaultRoute(n)
 			}
 			if err := (mutators.KubeOVN{}).Mutate(context.Background(), req); err != nil {
 				t.Fatalf("Mutate: %v", err)

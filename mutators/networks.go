@@ -108,10 +108,7 @@ func keepPodNetwork(ctx context.Context, req *chain.Request, more int) error {
 }
 
 func markDefaultRoute(req *chain.Request, network string) {
-	if req.DefaultRoute == nil {
-		req.DefaultRoute = map[string]bool{}
-	}
-	req.DefaultRoute[network] = true
+	req.MarkDefaultRoute(network)
 }
 
 // sameNAD reports whether a VM network's networkName names the NAD ref.

@@ -290,13 +290,7 @@ spec:
 			if !reflect.DeepEqual(req.Changes, c.wantRecord) {
 				t.Errorf("changes = %+v, want %+v", req.Changes, c.wantRecord)
 			}
-			var dr []string
-			for n, v := range req.DefaultRoute {
-				if v {
-					dr = append(dr, n)
-				}
-			}
-			if !reflect.DeepEqual(dr, c.wantDR) {
+			if dr := req.DefaultRoute; !reflect.DeepEqual(dr, c.wantDR) {
 				t.Errorf("default route = %v, want %v", dr, c.wantDR)
 			}
 		})

@@ -64,7 +64,9 @@ func deepCopies[T any](in []T, copyInto func(in, out *T)) []T {
 // kvnet's typed view does not hold survives, and nothing else of the
 // object is encoded or diffed.
 func vmPatch(raw []byte, shape *vmShape, rs chain.Regions, b regionValues) ([]jsonpatch.Operation, error) {
-	var n patch.Nested
+	// Room for what a VM gaining networks usually needs: the record, the
+	// template's annotations, the networks, the interfaces and two more.
+	n := patch.Nested{Ops: make([]jsonpatch.Operation, 0, 8)}
 	for i, m := range rs.Maps {
 		if after := *m.Field; absent(&n, shape, m.Pointer, after, len(after) == 0) {
 			n.Ops = append(n.Ops, patch.StringMapSince(m.Pointer, true, b.maps[i], after)...)

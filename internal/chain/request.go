@@ -3,6 +3,7 @@ package chain
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,14 +39,30 @@ type Request struct {
 	Config *config.Config
 	Facts  lookup.Facts
 
-	// DefaultRoute holds the networks that were asked to carry the default route.
-	DefaultRoute map[string]bool
+	// DefaultRoute holds the networks that were asked to carry the default
+	// route (see MarkDefaultRoute), a handful at most.
+	DefaultRoute []string
 	// Changes is what the mutators did, for the kvnet.io/mutations annotation.
 	Changes []Change
 	// Warnings are returned to the client as admission warnings.
 	Warnings []string
 
-	nads map[string]*netattach.Info
+	// nads are the NADs looked up so far, by networkName: a few per
+	// request, so a list rather than a map.
+	nads []nadLookup
+}
+
+// MarkDefaultRoute notes that network was asked to carry the default route.
+func (r *Request) MarkDefaultRoute(network string) {
+	if !slices.Contains(r.DefaultRoute, network) {
+		r.DefaultRoute = append(r.DefaultRoute, network)
+	}
+}
+
+// CarriesDefaultRoute reports whether network was asked to carry the
+// default route.
+func (r *Request) CarriesDefaultRoute(network string) bool {
+	return slices.Contains(r.DefaultRoute, network)
 }
 
 // Warn adds an admission warning.
@@ -73,8 +90,10 @@ func (r *Request) InterfacePath(i int) *field.Path {
 // and an error only when the lookup itself failed. Results are memoised for
 // the request.
 func (r *Request) NAD(ctx context.Context, networkName string) (*netattach.Info, error) {
-	if info, ok := r.nads[networkName]; ok {
-		return info, nil
+	for _, l := range r.nads {
+		if l.networkName == networkName {
+			return l.info, nil
+		}
 	}
 	ref, err := netattach.ParseRefIn(networkName, r.Namespace)
 	if err != nil {
@@ -85,10 +104,15 @@ func (r *Request) NAD(ctx context.Context, networkName string) (*netattach.Info,
 		return nil, err
 	}
 	if r.nads == nil {
-		r.nads = map[string]*netattach.Info{}
+		r.nads = make([]nadLookup, 0, 4)
 	}
-	r.nads[networkName] = info
+	r.nads = append(r.nads, nadLookup{networkName, info})
 	return info, nil
+}
+
+type nadLookup struct {
+	networkName string
+	info        *netattach.Info
 }
 
 // Classify classifies a NAD with the request's config.
