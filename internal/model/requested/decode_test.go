@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// FuzzRequestedDecodersAgree: wherever the v2 decode of the annotation's
-// JSON form succeeds, encoding/json's gives the same networks, so the fast
+// FuzzRequestedDecodersAgree: wherever the scan of the annotation's JSON
+// form succeeds, encoding/json's gives the same networks, so the fast
 // path changes no annotation's meaning.
 func FuzzRequestedDecodersAgree(f *testing.F) {
 	for _, s := range []string{
@@ -20,23 +20,23 @@ func FuzzRequestedDecodersAgree(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		fast, ok := requestedV2(s)
+		fast, ok := scanRequested(s)
 		if !ok {
 			return
 		}
 		slow, msg := requestedV1(s)
 		if msg != "" {
-			t.Fatalf("v2 decodes %q, encoding/json refuses it: %s", s, msg)
+			t.Fatalf("the scan decodes %q, encoding/json refuses it: %s", s, msg)
 		}
 		if !reflect.DeepEqual(fast, slow) {
-			t.Fatalf("decoders disagree on %q:\nv2 %#v\nv1 %#v", s, fast, slow)
+			t.Fatalf("decoders disagree on %q:\nscan %#v\nv1   %#v", s, fast, slow)
 		}
 	})
 }
 
 // The annotation as users write it takes the fast path.
 func TestRequestedFastPath(t *testing.T) {
-	if _, ok := requestedV2(`[{"name":"ovn","nad":"ovn-attach","defaultRoute":true},{"name":"dp","nad":"dpu/vdpa-net","ips":["10.0.0.5/24"]}]`); !ok {
-		t.Fatal("v2 refused a plain annotation")
+	if _, ok := scanRequested(`[{"name":"ovn","nad":"ovn-attach","defaultRoute":true},{"name":"dp","nad":"dpu/vdpa-net","ips":["10.0.0.5/24"]}]`); !ok {
+		t.Fatal("the scan refused a plain annotation")
 	}
 }
