@@ -58,6 +58,43 @@ spec:
               runcmd: [[systemctl, enable, --now, postgresql]]
 `
 
+// VMWithPodNetwork is VM declaring its pod network (masquerade) itself, as
+// most VMs do: the networks kvnet adds are appended to lists the object
+// has, where VM's are added whole.
+const VMWithPodNetwork = `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: bench-podnet
+  namespace: tenant-a
+  labels: {app.kubernetes.io/component: database, app: bench}
+  annotations:
+    kvnet.io/networks: '[{"name":"ovn","nad":"ovn-attach","defaultRoute":true},{"name":"dp","nad":"dpu/vdpa-net"}]'
+spec:
+  runStrategy: Always
+  template:
+    metadata:
+      labels: {kubevirt.io/vm: bench-podnet}
+    spec:
+      evictionStrategy: LiveMigrate
+      domain:
+        cpu: {cores: 4}
+        devices:
+          interfaces: [{name: default, masquerade: {}}]
+          disks:
+            - {name: root, disk: {bus: virtio}}
+            - {name: cloudinit, disk: {bus: virtio}}
+        resources: {requests: {memory: 8Gi}}
+      networks: [{name: default, pod: {}}]
+      volumes:
+        - {name: root, containerDisk: {image: quay.io/containerdisks/fedora:41}}
+        - name: cloudinit
+          cloudInitNoCloud:
+            userData: |
+              #cloud-config
+              packages: [postgresql-server, chrony]
+`
+
 // Body is one webhook's request: the AdmissionReview the API server would
 // POST, and how to tell that kvnet's answer is right.
 type Body struct {
@@ -120,11 +157,20 @@ func (f *Fixture) Bodies() ([]Body, error) {
 			out = append(out, Body{Name: "migration-status", Path: webhook.PathMutateVMIMigrationStatus, Review: status, Check: checkMigrationStatus})
 		}
 	}
+	podnet, err := yaml.YAMLToJSON([]byte(VMWithPodNetwork))
+	if err != nil {
+		return nil, err
+	}
+	review, err := Review(metav1.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"}, "virtualmachines", "tenant-a", "bench-podnet", podnet)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, Body{Name: "vm-podnet", Path: webhook.PathMutateVM, Review: review, Check: checkNetworks("VirtualMachine")})
 	pod, err := yaml.YAMLToJSON([]byte(VirtHandlerPod))
 	if err != nil {
 		return nil, err
 	}
-	review, err := Review(metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", "kubevirt", "", pod)
+	review, err = Review(metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", "kubevirt", "", pod)
 	if err != nil {
 		return nil, err
 	}
