@@ -165,8 +165,11 @@ func listOps[T any](n *patch.Nested, raw []byte, pointer string, before, after [
 	for _, i := range slices.Backward(removed) {
 		n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: pointer + "/" + strconv.Itoa(i)})
 	}
-	for _, e := range after[kept:] {
-		n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "add", Path: pointer + "/-", Value: e})
+	// One path for every append, and each value by pointer: an element
+	// boxed into the operation's interface would be copied to the heap.
+	end := pointer + "/-"
+	for j := kept; j < len(after); j++ {
+		n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "add", Path: end, Value: &after[j]})
 	}
 	return nil
 }
