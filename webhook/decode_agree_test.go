@@ -243,3 +243,57 @@ func viewIfDecoded(rv *review, view any) any {
 	}
 	return nil
 }
+
+// The networks and interfaces most VMs write are read by tokens; a list
+// with any other member is read by v2, and either way the list is what
+// the API server's decoder reads.
+func TestKubeVirtListsScanned(t *testing.T) {
+	for _, c := range []struct {
+		raw     string
+		scanned bool
+	}{
+		{`{"spec":{"networks":[{"name":"default","pod":{}},{"name":"s","multus":{"networkName":"ns/storage","default":false}}],"domain":{"devices":{"interfaces":[{"name":"default","masquerade":{}},{"name":"s","bridge":{},"macAddress":"02:00:00:00:00:01","model":"virtio"},{"name":"v","binding":{"name":"vdpa"}},{"name":"f","sriov":{}}]}}}}`, true},
+		{`{"spec":{"networks":[],"domain":{"devices":{"interfaces":[]}}}}`, true},
+		{`{"spec":{"networks":[{"name":"default","pod":{"vmNetworkCIDR":"10.1.0.0/24"}}],"domain":{"devices":{"interfaces":[{"name":"default","masquerade":{},"ports":[{"port":80}]}]}}}}`, false},
+		{`{"spec":{"networks":null,"domain":{"devices":{"interfaces":[{"name":"x","bootOrder":1,"binding":{"name":"b"}}]}}}}`, false},
+	} {
+		view := new(vmiView)
+		s := scanners.Get().(*scanner)
+		s.buf = *bytes.NewBuffer([]byte(c.raw))
+		s.dec.Reset(&s.buf)
+		if err := view.scan(s); err != nil {
+			t.Fatalf("%s: %v", c.raw, err)
+		}
+		v1 := new(vmiView)
+		if err := apijson.V1([]byte(c.raw), v1); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(view, v1) {
+			t.Errorf("%s:\nscan %#v\nv1   %#v", c.raw, view, v1)
+		}
+		var probe struct {
+			Spec struct {
+				Networks json.RawMessage `json:"networks"`
+				Domain   struct {
+					Devices struct {
+						Interfaces json.RawMessage `json:"interfaces"`
+					} `json:"devices"`
+				} `json:"domain"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal([]byte(c.raw), &probe); err != nil {
+			t.Fatal(err)
+		}
+		sub := new(scanner)
+		sub.buf = *bytes.NewBuffer(probe.Spec.Networks)
+		sub.dec.Reset(&sub.buf)
+		_, nerr := scanElems(sub, (*scanner).network)
+		sub = new(scanner)
+		sub.buf = *bytes.NewBuffer(probe.Spec.Domain.Devices.Interfaces)
+		sub.dec.Reset(&sub.buf)
+		_, ierr := scanElems(sub, (*scanner).iface)
+		if scanned := nerr == nil && ierr == nil; scanned != c.scanned {
+			t.Errorf("%s: scanned by tokens %v (networks %v, interfaces %v), want %v", c.raw, scanned, nerr, ierr, c.scanned)
+		}
+	}
+}

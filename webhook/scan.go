@@ -11,6 +11,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/kvnet/kvnet/internal/apijson"
 )
@@ -568,7 +569,7 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 		return s.object(func(name []byte) error {
 			switch string(name) {
 			case "networks":
-				return s.v2(&spec.Networks)
+				return scanList(s, &spec.Networks, (*scanner).network)
 			case "domain":
 				return s.optional(func() error {
 					d := &s.parts.domain
@@ -584,7 +585,7 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 								return s.object(func(name []byte) error {
 									switch string(name) {
 									case "interfaces":
-										return s.v2(&dev.Interfaces)
+										return scanList(s, &dev.Interfaces, (*scanner).iface)
 									case "networkInterfaceMultiqueue":
 										return s.optionalBool(&dev.NetworkInterfaceMultiQueue)
 									case "autoattachPodInterface":
@@ -601,4 +602,154 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 			return s.skip()
 		})
 	}, func() { *p = nil })
+}
+
+// scanList reads a list of KubeVirt networks or interfaces: each element
+// by elem, which knows the shapes most VMs write ({"name": "default",
+// "pod": {}}, an interface's binding, its MAC); a list with any other
+// member, or a null, is decoded by v2 instead, so a field of KubeVirt's
+// types kvnet does not name is never lost. The list is read whole first,
+// so that v2 can start it again.
+func scanList[T any](s *scanner, p *[]T, elem func(*scanner, *T) error) error {
+	raw, err := s.dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	// raw is the decoder's until its next read: done with before that.
+	sub := scanners.Get().(*scanner)
+	defer func() {
+		sub.buf.Reset()
+		sub.dec.Reset(&sub.buf)
+		scanners.Put(sub)
+	}()
+	sub.buf = *bytes.NewBuffer(raw)
+	sub.dec.Reset(&sub.buf)
+	if list, err := scanElems(sub, elem); err == nil {
+		*p = list
+		return nil
+	}
+	if err := jsonv2.Unmarshal(raw, p); err != nil {
+		return fmt.Errorf("decoding %T: %w", p, err)
+	}
+	return nil
+}
+
+func scanElems[T any](s *scanner, elem func(*scanner, *T) error) ([]T, error) {
+	tok, err := s.dec.ReadToken()
+	if err != nil {
+		return nil, err
+	}
+	if tok.Kind() != '[' {
+		return nil, errShape
+	}
+	// Most lists have one element (the pod network); sized as read, so a
+	// mutator adding networks grows it once, to what it needs.
+	list := make([]T, 0, 1)
+	for s.dec.PeekKind() == '{' {
+		list = append(list, *new(T))
+		if err := elem(s, &list[len(list)-1]); err != nil {
+			return nil, err
+		}
+	}
+	if s.dec.PeekKind() != ']' {
+		return nil, errShape
+	}
+	_, err = s.dec.ReadToken()
+	return list, err
+}
+
+// network reads a network of the shapes scanList names; any other member
+// is errShape.
+func (s *scanner) network(n *kubevirtv1.Network) error {
+	return s.object(func(name []byte) error {
+		switch string(name) {
+		case "name":
+			return s.text(&n.Name)
+		case "pod":
+			n.Pod = &kubevirtv1.PodNetwork{}
+			return s.emptyObject()
+		case "multus":
+			m := &kubevirtv1.MultusNetwork{}
+			n.Multus = m
+			return s.object(func(name []byte) error {
+				switch string(name) {
+				case "networkName":
+					return s.text(&m.NetworkName)
+				case "default":
+					return s.boolean(&m.Default)
+				}
+				return errShape
+			})
+		}
+		return errShape
+	})
+}
+
+// iface reads an interface of the shapes scanList names; any other member
+// is errShape.
+func (s *scanner) iface(i *kubevirtv1.Interface) error {
+	return s.object(func(name []byte) error {
+		switch string(name) {
+		case "name":
+			return s.text(&i.Name)
+		case "model":
+			return s.text(&i.Model)
+		case "macAddress":
+			return s.text(&i.MacAddress)
+		case "masquerade":
+			i.Masquerade = &kubevirtv1.InterfaceMasquerade{}
+			return s.emptyObject()
+		case "bridge":
+			i.Bridge = &kubevirtv1.InterfaceBridge{}
+			return s.emptyObject()
+		case "sriov":
+			i.SRIOV = &kubevirtv1.InterfaceSRIOV{}
+			return s.emptyObject()
+		case "binding":
+			b := &kubevirtv1.PluginBinding{}
+			i.Binding = b
+			return s.object(func(name []byte) error {
+				if string(name) != "name" {
+					return errShape
+				}
+				return s.text(&b.Name)
+			})
+		}
+		return errShape
+	})
+}
+
+// text reads a string, and only a string, into p.
+func (s *scanner) text(p *string) error {
+	if s.dec.PeekKind() != '"' {
+		return errShape
+	}
+	return s.str(p)
+}
+
+// boolean reads true or false, and only those, into p.
+func (s *scanner) boolean(p *bool) error {
+	tok, err := s.dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	switch tok.Kind() {
+	case 't', 'f':
+		*p = tok.Bool()
+		return nil
+	}
+	return errShape
+}
+
+// emptyObject reads {}, and only that.
+func (s *scanner) emptyObject() error {
+	tok, err := s.dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	if tok.Kind() != '{' || s.dec.PeekKind() != '}' {
+		return errShape
+	}
+	_, err = s.dec.ReadToken()
+	return err
 }

@@ -65,8 +65,10 @@ func deepCopies[T any](in []T, copyInto func(in, out *T)) []T {
 // object is encoded or diffed.
 func vmPatch(raw []byte, shape *vmShape, rs chain.Regions, b regionValues) ([]jsonpatch.Operation, error) {
 	// Room for what a VM gaining networks usually needs: the record, the
-	// template's annotations, the networks, the interfaces and two more.
-	n := patch.Nested{Ops: make([]jsonpatch.Operation, 0, 8)}
+	// template's annotations, multiqueue, memory and two more, and an add
+	// per network and interface appended.
+	added := max(0, len(*rs.Networks.Field)-len(b.networks)) + max(0, len(*rs.Interfaces.Field)-len(b.interfaces))
+	n := patch.Nested{Ops: make([]jsonpatch.Operation, 0, 6+added)}
 	for i, m := range rs.Maps {
 		if after := *m.Field; absent(&n, shape, m.Pointer, after, len(after) == 0) {
 			n.Ops = append(n.Ops, patch.StringMapSince(m.Pointer, true, b.maps[i], after)...)
