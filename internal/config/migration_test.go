@@ -140,10 +140,10 @@ func migEqual(a, b []string) bool {
 	return true
 }
 
-// The README's migration example parses, and the pool size its exhaustion
-// message quotes is the one kvnet computes.
-func TestReadmeMigrationExample(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// The migration-networks guide's example parses, and the pool size its
+// exhaustion message quotes is the one kvnet computes.
+func TestDocumentedMigrationExample(t *testing.T) {
+	b, err := os.ReadFile("../../docs/migration-networks.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestReadmeMigrationExample(t *testing.T) {
 	start := strings.Index(s, "<!-- migration-networks:begin -->")
 	end := strings.Index(s, "<!-- migration-networks:end -->")
 	if start < 0 || end < start {
-		t.Fatal("README has no migration-networks section")
+		t.Fatal("docs/migration-networks.md has no migration-networks section")
 	}
 	sec := s[start:end]
 	i := strings.Index(sec, "```yaml\n")
@@ -161,13 +161,13 @@ func TestReadmeMigrationExample(t *testing.T) {
 	}
 	c, err := Parse([]byte(sec[i+8:i+8+j]), "kvnet")
 	if err != nil {
-		t.Fatalf("README example: %v", err)
+		t.Fatalf("the example: %v", err)
 	}
 	if c.Migration.InCluster == nil || c.Migration.CrossCluster == nil {
 		t.Fatal("the example must configure both networks")
 	}
 	p := c.Migration.InCluster.AddressPool()
 	if want := "all " + p.Size().String() + " addresses"; !strings.Contains(sec, want) {
-		t.Fatalf("README quotes another pool size than %q", want)
+		t.Fatalf("the guide quotes another pool size than %q", want)
 	}
 }
