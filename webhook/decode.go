@@ -101,6 +101,9 @@ func (v *vmView) request() (*chain.Request, *vmShape) {
 			shape.members.Add(chain.MemberTemplate)
 			t.Metadata.shape(&shape.members, chain.MemberTemplateMeta, chain.MemberTemplateAnnotations, chain.MemberTemplateLabels)
 			t.Spec.shape(&shape.members)
+			if t.Spec != nil {
+				shape.whole = t.Spec.whole
+			}
 			p.template = kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
 		}
 	}
@@ -114,6 +117,9 @@ func (v *vmiView) request() (*chain.Request, *vmShape) {
 	shape := &p.shape
 	v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
 	v.Spec.shape(&shape.members)
+	if v.Spec != nil {
+		shape.whole = v.Spec.whole
+	}
 	chain.InitVMI(&p.req, &p.meta, &p.template.Spec)
 	return &p.req, shape
 }
@@ -228,7 +234,15 @@ type vmiView struct {
 type vmiSpecView struct {
 	Domain   *domainView          `json:"domain"`
 	Networks []kubevirtv1.Network `json:"networks"`
+
+	// whole says which lists the scan read whole: every member of every
+	// element is one the typed element holds (see scanList), so the list
+	// can be written back whole without losing a field.
+	whole wholeLists
 }
+
+// wholeLists names the lists of a VMI spec read whole.
+type wholeLists struct{ networks, interfaces bool }
 
 type domainView struct {
 	Devices *devicesView       `json:"devices"`
@@ -294,6 +308,8 @@ type vmShape struct {
 	// duplicate names a member above that the object gives twice, if any
 	// (see unmarshalNoting).
 	duplicate *duplicateMember
+	// whole says which lists were read whole (see vmiSpecView.whole).
+	whole wholeLists
 }
 
 // has reports whether the admitted object has the member at pointer, one of

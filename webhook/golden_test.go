@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/offline"
@@ -196,4 +198,76 @@ func TestIdempotent(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Every golden input mutated through the Edge (the review scanned by
+// tokens, the view with it) gives the object the handler alone gives
+// (the view decoded by the API server's decoder): the two decodes and the
+// patches built from them (a list read whole is replaced whole, another
+// gets an add per element) change the object alike. Both kinds of list
+// patch are exercised.
+func TestEdgePatchesAsTheHandler(t *testing.T) {
+	hs := exampleHandlers(t)
+	var replaced, appended int
+	for _, gc := range goldenCases(t) {
+		for _, d := range readDocs(t, gc.in) {
+			kind := chain.Kind(d.Kind)
+			path := webhook.PathMutateVM
+			if kind == chain.KindVMI {
+				path = webhook.PathMutateVMI
+			}
+			resp, want := mutate(t, hs, kind, admissionv1.Create, d.Raw, nil)
+			req := review(kind, admissionv1.Create, "", d.Raw, nil)
+			body, err := json.Marshal(admissionv1.AdmissionReview{
+				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+				Request:  &req.AdmissionRequest,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := post(t, webhook.Webhook(hs[path]), "application/json", body).Response
+			if out.Allowed != resp.Allowed {
+				t.Fatalf("%s: the Edge answers allowed=%v, the handler %v", d.Source, out.Allowed, resp.Allowed)
+			}
+			if !out.Allowed {
+				continue
+			}
+			got := d.Raw
+			if len(out.Patch) > 0 {
+				p, err := jsonpatch.DecodePatch(out.Patch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err = p.Apply(d.Raw); err != nil {
+					t.Fatalf("%s: the Edge's patch %s does not apply: %v", d.Source, out.Patch, err)
+				}
+				var ops []struct{ Op, Path string }
+				if err := json.Unmarshal(out.Patch, &ops); err != nil {
+					t.Fatal(err)
+				}
+				for _, op := range ops {
+					switch {
+					case op.Op == "replace" && (strings.HasSuffix(op.Path, "/networks") || strings.HasSuffix(op.Path, "/interfaces")):
+						replaced++
+					case op.Op == "add" && strings.HasSuffix(op.Path, "/-"):
+						appended++
+					}
+				}
+			}
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(want, &w); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(g, w) {
+				t.Errorf("%s: through the Edge\n%s\nthe handler alone\n%s", d.Source, got, want)
+			}
+		}
+	}
+	if replaced == 0 || appended == 0 {
+		t.Fatalf("lists replaced whole %d times, appended to %d times: the goldens no longer exercise both", replaced, appended)
+	}
+	t.Logf("lists replaced whole %d times, appended to %d times", replaced, appended)
 }

@@ -569,7 +569,7 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 		return s.object(func(name []byte) error {
 			switch string(name) {
 			case "networks":
-				return scanList(s, &spec.Networks, (*scanner).network)
+				return scanList(s, &spec.Networks, &spec.whole.networks, (*scanner).network)
 			case "domain":
 				return s.optional(func() error {
 					d := &s.parts.domain
@@ -585,7 +585,7 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 								return s.object(func(name []byte) error {
 									switch string(name) {
 									case "interfaces":
-										return scanList(s, &dev.Interfaces, (*scanner).iface)
+										return scanList(s, &dev.Interfaces, &spec.whole.interfaces, (*scanner).iface)
 									case "networkInterfaceMultiqueue":
 										return s.optionalBool(&dev.NetworkInterfaceMultiQueue)
 									case "autoattachPodInterface":
@@ -609,8 +609,9 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 // "pod": {}}, an interface's binding, its MAC); a list with any other
 // member, or a null, is decoded by v2 instead, so a field of KubeVirt's
 // types kvnet does not name is never lost. The list is read whole first,
-// so that v2 can start it again.
-func scanList[T any](s *scanner, p *[]T, elem func(*scanner, *T) error) error {
+// so that v2 can start it again. whole reports whether the scan read it
+// (every member of every element one the typed element holds).
+func scanList[T any](s *scanner, p *[]T, whole *bool, elem func(*scanner, *T) error) error {
 	raw, err := s.dec.ReadValue()
 	if err != nil {
 		return err
@@ -625,9 +626,10 @@ func scanList[T any](s *scanner, p *[]T, elem func(*scanner, *T) error) error {
 	sub.buf = *bytes.NewBuffer(raw)
 	sub.dec.Reset(&sub.buf)
 	if list, err := scanElems(sub, elem); err == nil {
-		*p = list
+		*p, *whole = list, true
 		return nil
 	}
+	*whole = false
 	if err := jsonv2.Unmarshal(raw, p); err != nil {
 		return fmt.Errorf("decoding %T: %w", p, err)
 	}

@@ -74,10 +74,10 @@ func vmPatch(raw []byte, shape *vmShape, rs chain.Regions, b regionValues) ([]js
 			n.Ops = append(n.Ops, patch.StringMapSince(m.Pointer, true, b.maps[i], after)...)
 		}
 	}
-	if err := listRegion(&n, raw, shape, rs.Networks, b.networks, func(e *kubevirtv1.Network) string { return e.Name }); err != nil {
+	if err := listRegion(&n, raw, shape, rs.Networks, b.networks, shape.whole.networks, func(e *kubevirtv1.Network) string { return e.Name }); err != nil {
 		return nil, err
 	}
-	if err := listRegion(&n, raw, shape, rs.Interfaces, b.interfaces, func(e *kubevirtv1.Interface) string { return e.Name }); err != nil {
+	if err := listRegion(&n, raw, shape, rs.Interfaces, b.interfaces, shape.whole.interfaces, func(e *kubevirtv1.Interface) string { return e.Name }); err != nil {
 		return nil, err
 	}
 	if after, p := *rs.Multiqueue.Field, rs.Multiqueue.Pointer; absent(&n, shape, p, after, after == nil) {
@@ -116,13 +116,25 @@ func absent(n *patch.Nested, shape *vmShape, pointer string, after any, empty bo
 }
 
 // listRegion adds the operations for list region r: the list whole where
-// the object lacks it, else listOps.
-func listRegion[T any](n *patch.Nested, raw []byte, shape *vmShape, r chain.Region[[]T], before []T, name func(*T) string) error {
+// the object lacks it, else listOps, or, where the admitted list was read
+// whole (whole: the typed elements hold every member the object's had),
+// one replace of the list when listOps finds anything to change: the same
+// object in one operation (a VM declaring its pod network and gaining four
+// networks had eight adds, each with its path).
+func listRegion[T any](n *patch.Nested, raw []byte, shape *vmShape, r chain.Region[[]T], before []T, whole bool, name func(*T) string) error {
 	after := *r.Field
 	if !absent(n, shape, r.Pointer, after, len(after) == 0) {
 		return nil
 	}
-	return listOps(n, raw, r.Pointer, before, after, name)
+	if !whole || len(after) == 0 {
+		return listOps(n, raw, r.Pointer, before, after, name)
+	}
+	var ops patch.Nested
+	if err := listOps(&ops, raw, r.Pointer, before, after, name); err != nil || len(ops.Ops) == 0 {
+		return err
+	}
+	n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "replace", Path: r.Pointer, Value: &after})
+	return nil
 }
 
 // listOps: the mutators append networks and interfaces, and may complete
