@@ -6,7 +6,7 @@ ASSETS := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 export KUBEBUILDER_ASSETS ?= $(ASSETS)
 GO ?= go
 
-.PHONY: all build loadtest demo demo-down demo-offline test race unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
+.PHONY: all build loadtest docs demo demo-down demo-offline test race unit integration lint control-plane kubevirt bench bench-proxy fuzz helm helm-lint
 .PHONY: prometheus nri peers
 
 # The version comes from the chart's appVersion, so the binary's `kvnet
@@ -25,6 +25,11 @@ build:
 # The admission load tool (hack/loadtest), kept out of the kvnet binary.
 loadtest:
 	$(GO) build -o bin/kvnet-loadtest ./hack/loadtest
+
+# The generated reference pages (docs/cli.md), from the code they describe;
+# test/docs fails when one is stale.
+docs:
+	$(GO) run ./hack/docs docs
 
 # The container image, without a Docker engine: a static kvnet per platform
 # and hack/image (go-containerregistry) writing them as one OCI image index

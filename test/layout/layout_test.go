@@ -42,13 +42,14 @@ var mayImport = map[string][]string{
 	"internal/version":         {},
 	"internal/apijson":         {},
 	"internal/patch":           {},
+	"internal/docgen":          {},
 
 	// What admission and the controllers read: policy and cluster facts.
 	"internal/config": {"internal/model", "internal/metrics"},
 	"internal/lookup": {"internal/model"},
 
 	// Admission machinery, then the steps it runs.
-	"internal/chain": {"internal/config", "internal/lookup", "internal/metrics", "internal/model"},
+	"internal/chain": {"internal/apijson", "internal/config", "internal/lookup", "internal/metrics", "internal/model"},
 	"mutators":       {"internal/chain", "internal/config", "internal/lookup", "internal/metrics", "internal/model", "internal/persistentips"},
 	"validators":     {"internal/chain", "internal/config", "internal/lookup", "internal/model", "internal/persistentips"},
 	// The edge serves whatever chains it is given: never mutators,

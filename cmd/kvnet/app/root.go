@@ -24,16 +24,23 @@ func ExitCode(err error) int {
 
 // Run executes kvnet with args (without the program name).
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	root := RootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root.ExecuteContext(ctx)
+}
+
+// RootCommand is kvnet with every subcommand and its flags: what Run
+// executes, and what docs/cli.md is generated from (make docs).
+func RootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "kvnet",
 		Short:         "Network admission for KubeVirt: Multus networks, vDPA, kube-ovn, persistent and migration IPs",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	// Every subcommand kvnet has.
 	root.AddCommand(
 		webhookCommand(),      // serve.go: the admission webhooks and controllers
@@ -43,5 +50,5 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		migrationIPsCommand(), // migration.go: the migration address table
 		versionCommand(),      // version.go
 	)
-	return root.ExecuteContext(ctx)
+	return root
 }

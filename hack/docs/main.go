@@ -1,0 +1,28 @@
+// Command docs writes kvnet's generated reference pages (`make docs`):
+// docs/cli.md from the commands and their flags. test/docs fails when a
+// page differs from what this writes.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/internal/docgen"
+)
+
+func main() {
+	dir := "docs"
+	if len(os.Args) > 1 {
+		dir = os.Args[1]
+	}
+	pages := map[string]string{"cli.md": docgen.CLI(app.RootCommand())}
+	for name, text := range pages {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "docs:", err)
+			os.Exit(1)
+		}
+		fmt.Println("wrote", filepath.Join(dir, name))
+	}
+}
