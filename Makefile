@@ -26,7 +26,8 @@ build:
 loadtest:
 	$(GO) build -o bin/kvnet-loadtest ./hack/loadtest
 
-# The generated reference pages (docs/cli.md), from the code they describe;
+# The generated reference pages (docs/cli.md, docs/metrics.md), from the
+# code they describe;
 # test/docs fails when one is stale.
 docs:
 	$(GO) run ./hack/docs docs

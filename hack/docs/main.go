@@ -1,5 +1,6 @@
 // Command docs writes kvnet's generated reference pages (`make docs`):
-// docs/cli.md from the commands and their flags. test/docs fails when a
+// docs/cli.md from the commands and their flags, docs/metrics.md from the
+// metrics kvnet registers. test/docs fails when a
 // page differs from what this writes.
 package main
 
@@ -17,7 +18,17 @@ func main() {
 	if len(os.Args) > 1 {
 		dir = os.Args[1]
 	}
-	pages := map[string]string{"cli.md": docgen.CLI(app.RootCommand())}
+	var reg docgen.Recorder
+	if err := app.RegisterMetrics(&reg); err != nil {
+		fmt.Fprintln(os.Stderr, "docs:", err)
+		os.Exit(1)
+	}
+	metrics, err := docgen.Metrics(&reg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docs:", err)
+		os.Exit(1)
+	}
+	pages := map[string]string{"cli.md": docgen.CLI(app.RootCommand()), "metrics.md": metrics}
 	for name, text := range pages {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "docs:", err)

@@ -117,6 +117,10 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	return metrics.Register(reg, denials, notHolders, releases, malformedSkips, sidecarInjected, sidecarRefused, configProblems, poolGauges)
 }
 
+// ValueType is the type of every series g exports, for the generated
+// metrics reference (docs/metrics.md).
+func (g *gauges) ValueType() prometheus.ValueType { return prometheus.GaugeValue }
+
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- poolSize
 	ch <- poolUsed

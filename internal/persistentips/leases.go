@@ -200,6 +200,10 @@ var (
 		[]string{"peer"}, nil)
 )
 
+// ValueType is the type of every series b exports, for the generated
+// metrics reference (docs/metrics.md).
+func (b *leaseBook) ValueType() prometheus.ValueType { return prometheus.GaugeValue }
+
 // Describe implements prometheus.Collector.
 func (b *leaseBook) Describe(ch chan<- *prometheus.Desc) {
 	ch <- leasesHeldDesc

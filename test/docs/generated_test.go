@@ -15,8 +15,17 @@ import (
 // here, naming the page.
 func TestGeneratedPagesAreCurrent(t *testing.T) {
 	r := root(t)
+	var reg docgen.Recorder
+	if err := app.RegisterMetrics(&reg); err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := docgen.Metrics(&reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, want := range map[string]string{
-		"cli.md": docgen.CLI(app.RootCommand()),
+		"cli.md":     docgen.CLI(app.RootCommand()),
+		"metrics.md": metrics,
 	} {
 		got, err := os.ReadFile(filepath.Join(r, "docs", name))
 		if err != nil {
