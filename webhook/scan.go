@@ -20,10 +20,11 @@ import (
 // switch on each member name, rather than by encoding/json/v2's struct
 // decoding: that walks a table of fields by reflection for every member,
 // and on a VM's review (a handful of members kvnet keeps, the rest
-// skipped) it cost twice what reading the tokens does. The lists of
-// KubeVirt structs the mutators change (interfaces, networks) and the
-// rare members (owner references, userInfo.extra) are still decoded by v2,
-// so a field KubeVirt adds is kept.
+// skipped) it cost twice what reading the tokens does. The networks and
+// interfaces of the shapes most VMs write are scanned too (see scanList);
+// a list with any other member, and the rare members (owner references,
+// userInfo.extra, memory), are decoded by v2, so a field KubeVirt adds is
+// kept.
 //
 // The decoder is jsontext's, with its defaults: it refuses a duplicate
 // member name, invalid UTF-8 and trailing data, as v2 does. The scan is
@@ -61,6 +62,16 @@ type viewParts struct {
 
 var scanners = sync.Pool{New: func() any { return new(scanner) }}
 
+// release returns s to the pool holding nothing of the request: its buffer
+// was the request's body (read in place), which a pooled scanner must not
+// keep alive or see again.
+func release(s *scanner) {
+	s.parts = nil
+	s.buf = bytes.Buffer{}
+	s.dec.Reset(&s.buf)
+	scanners.Put(s)
+}
+
 // tokenView is a view that reads itself from the scanner.
 type tokenView interface {
 	scan(s *scanner) error
@@ -70,12 +81,7 @@ type tokenView interface {
 // objectField), all of it: the top-level value and nothing after it.
 func scanReview(body []byte, rv *review) error {
 	s := scanners.Get().(*scanner)
-	defer func() {
-		s.parts = nil
-		s.buf.Reset()
-		s.dec.Reset(&s.buf)
-		scanners.Put(s)
-	}()
+	defer release(s)
 	// A bytes.Buffer is read in place: the decoder's offsets are body's.
 	s.buf = *bytes.NewBuffer(body)
 	s.dec.Reset(&s.buf)
@@ -618,11 +624,7 @@ func scanList[T any](s *scanner, p *[]T, whole *bool, elem func(*scanner, *T) er
 	}
 	// raw is the decoder's until its next read: done with before that.
 	sub := scanners.Get().(*scanner)
-	defer func() {
-		sub.buf.Reset()
-		sub.dec.Reset(&sub.buf)
-		scanners.Put(sub)
-	}()
+	defer release(sub)
 	sub.buf = *bytes.NewBuffer(raw)
 	sub.dec.Reset(&sub.buf)
 	if list, err := scanElems(sub, elem); err == nil {
