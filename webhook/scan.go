@@ -158,28 +158,26 @@ func (s *scanner) request(r *request) error {
 }
 
 func (s *scanner) gvk(k *metav1.GroupVersionKind) error {
-	return s.object(func(name []byte) error {
-		switch string(name) {
-		case "group":
-			return s.word(&k.Group)
-		case "version":
-			return s.word(&k.Version)
-		case "kind":
-			return s.word(&k.Kind)
-		}
-		return s.skip()
-	})
+	return s.groupVersion(&k.Group, &k.Version, "kind", &k.Kind)
 }
 
 func (s *scanner) gvr(r *metav1.GroupVersionResource) error {
+	return s.groupVersion(&r.Group, &r.Version, "resource", &r.Resource)
+}
+
+// groupVersion reads an object of group, version and a third member,
+// last, as a GroupVersionKind or GroupVersionResource has.
+func (s *scanner) groupVersion(group, version *string, last string, l *string) error {
 	return s.object(func(name []byte) error {
-		switch string(name) {
-		case "group":
-			return s.word(&r.Group)
-		case "version":
-			return s.word(&r.Version)
-		case "resource":
-			return s.word(&r.Resource)
+		// Comparisons, not a switch on string(name): with a case that is
+		// not a constant, the switch would copy the name.
+		switch {
+		case string(name) == "group":
+			return s.word(group)
+		case string(name) == "version":
+			return s.word(version)
+		case string(name) == last:
+			return s.word(l)
 		}
 		return s.skip()
 	})
