@@ -22,7 +22,9 @@ func (r *Recorder) Register(c prometheus.Collector) error {
 }
 
 // MustRegister implements prometheus.Registerer.
-func (r *Recorder) MustRegister(cs ...prometheus.Collector) { r.collectors = append(r.collectors, cs...) }
+func (r *Recorder) MustRegister(cs ...prometheus.Collector) {
+	r.collectors = append(r.collectors, cs...)
+}
 
 // Unregister implements prometheus.Registerer.
 func (r *Recorder) Unregister(prometheus.Collector) bool { return false }
