@@ -302,29 +302,17 @@ func unquote(v jsontext.Value) ([]byte, error) {
 
 // str reads a string into p; null leaves p as it is, as the API server's
 // decoder does.
-func (s *scanner) str(p *string) error {
-	v, err := s.dec.ReadValue()
-	if err != nil {
-		return err
-	}
-	switch v.Kind() {
-	case 'n':
-		return nil
-	case '"':
-	default:
-		return errShape
-	}
-	text, err := unquote(v)
-	if err != nil {
-		return err
-	}
-	*p = string(text)
-	return nil
-}
+func (s *scanner) str(p *string) error { return s.readString(p, copyText) }
 
 // word reads a string that is most often one of a few words (see
 // intern); null leaves p as it is.
-func (s *scanner) word(p *string) error {
+func (s *scanner) word(p *string) error { return s.readString(p, intern) }
+
+func copyText(b []byte) string { return string(b) }
+
+// readString reads a string into p as keep makes it from the string's
+// bytes (valid until the next read); null leaves p as it is.
+func (s *scanner) readString(p *string, keep func([]byte) string) error {
 	v, err := s.dec.ReadValue()
 	if err != nil {
 		return err
@@ -340,7 +328,7 @@ func (s *scanner) word(p *string) error {
 	if err != nil {
 		return err
 	}
-	*p = intern(text)
+	*p = keep(text)
 	return nil
 }
 
