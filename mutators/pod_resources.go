@@ -47,7 +47,8 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	resourcesLeft.WithLabelValues(peers.ResourceInjector)
 	claimRefsLeft.WithLabelValues(peers.IPAMExtensions)
 	macsMissed.WithLabelValues(peers.Kubemacpool)
-	return metrics.Register(reg, resourcesAdded, resourcesLeft, claimRefsLeft, macsMissed, targetPodsWaiting)
+	macsAsked.WithLabelValues(peers.Kubemacpool, "macs")
+	return metrics.Register(reg, resourcesAdded, resourcesLeft, claimRefsLeft, macsMissed, macsAsked, targetPodsWaiting)
 }
 
 // NetworkResources gives a virt-launcher pod the device-plugin resources of

@@ -373,7 +373,7 @@ func (m *objectMeta) objectMeta() metav1.ObjectMeta {
 // The object's own namespace is empty on CREATE with generateName or when
 // the client left it out; the review's namespace is authoritative.
 func fillRequest(cr *chain.Request, ar *admissionv1.AdmissionRequest) {
-	cr.Operation = ar.Operation
+	cr.Operation, cr.Review = ar.Operation, ar
 	if ar.Namespace != "" {
 		cr.Namespace = ar.Namespace
 	}

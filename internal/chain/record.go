@@ -21,6 +21,11 @@ type Change struct {
 	// kvnet added them, and not again. Nobody does the job; a warning and
 	// docs/peers.md say how to change that.
 	MissedBy string `json:"missedBy,omitempty"`
+	// AskedOf names the peer webhook that does this job for Networks but
+	// does not see them (as for MissedBy), which kvnet called itself with
+	// the object as kvnet leaves it: the job is the peer's, done in
+	// kvnet's patch.
+	AskedOf string `json:"askedOf,omitempty"`
 }
 
 // Record notes that mutator changed networks (rule may be empty).
@@ -37,6 +42,12 @@ func (r *Request) RecordLeftTo(mutator, peer string, networks ...string) {
 // see networks (Change.MissedBy).
 func (r *Request) RecordMissedBy(mutator, peer string, networks ...string) {
 	r.Changes = addChange(r.Changes, Change{Mutator: mutator, MissedBy: peer}, networks)
+}
+
+// RecordAskedOf notes that kvnet asked peer, which does not see networks,
+// to do mutator's job for them, and applied its answer (Change.AskedOf).
+func (r *Request) RecordAskedOf(mutator, peer string, networks ...string) {
+	r.Changes = addChange(r.Changes, Change{Mutator: mutator, AskedOf: peer}, networks)
 }
 
 // Record notes that mutator changed the pod's spec for networks. The pod
@@ -71,7 +82,7 @@ func (r *PodRequest) LeftBefore(mutator, peer string) bool {
 func addChange(changes []Change, key Change, networks []string) []Change {
 	for i := range changes {
 		c := &changes[i]
-		if c.Mutator == key.Mutator && c.Rule == key.Rule && c.LeftTo == key.LeftTo && c.MissedBy == key.MissedBy {
+		if c.Mutator == key.Mutator && c.Rule == key.Rule && c.LeftTo == key.LeftTo && c.MissedBy == key.MissedBy && c.AskedOf == key.AskedOf {
 			for _, n := range networks {
 				if !slices.Contains(c.Networks, n) {
 					c.Networks = append(c.Networks, n)
@@ -115,7 +126,7 @@ func recordInto(annotations *map[string]string, changes []Change) error {
 		// A record we cannot read is replaced, not fatal: it is informational.
 		_ = json.Unmarshal([]byte(prev), &before)
 		for _, c := range changes {
-			before = addChange(before, Change{Mutator: c.Mutator, Rule: c.Rule, LeftTo: c.LeftTo, MissedBy: c.MissedBy}, c.Networks)
+			before = addChange(before, Change{Mutator: c.Mutator, Rule: c.Rule, LeftTo: c.LeftTo, MissedBy: c.MissedBy, AskedOf: c.AskedOf}, c.Networks)
 		}
 		all = before
 	}
@@ -165,7 +176,7 @@ func appendChanges(b []byte, changes []Change) ([]byte, error) {
 			}
 			b = append(b, ']')
 		}
-		for _, f := range [...]struct{ key, value string }{{`,"leftTo":`, c.LeftTo}, {`,"missedBy":`, c.MissedBy}} {
+		for _, f := range [...]struct{ key, value string }{{`,"leftTo":`, c.LeftTo}, {`,"missedBy":`, c.MissedBy}, {`,"askedOf":`, c.AskedOf}} {
 			if f.value == "" {
 				continue
 			}

@@ -13,8 +13,8 @@ func TestChangesEncodeAsEncodingJSON(t *testing.T) {
 	for _, changes := range [][]Change{
 		{{Mutator: "networks"}},
 		{{Mutator: "networks", Rule: "storage", Networks: []string{"a", "b"}}, {Mutator: "vdpa", Networks: []string{"dp"}}},
-		{{Mutator: "mac-pool", LeftTo: "kubemacpool", Networks: []string{"n"}}, {Mutator: "mac-pool", MissedBy: "kubemacpool-mutator", Networks: []string{"m"}}},
-		{{Mutator: "x<y>&z", Rule: "quote \" back \\ tab \t nl \n", Networks: []string{"\u2028\u2029", "é", "\x01"}, LeftTo: "\xff", MissedBy: "ok"}},
+		{{Mutator: "mac-pool", LeftTo: "kubemacpool", Networks: []string{"n"}}, {Mutator: "mac-pool", MissedBy: "kubemacpool-mutator", Networks: []string{"m"}}, {Mutator: "mac-pool", AskedOf: "kubemacpool", Networks: []string{"o"}}},
+		{{Mutator: "x<y>&z", Rule: "quote \" back \\ tab \t nl \n", Networks: []string{"\u2028\u2029", "é", "\x01"}, LeftTo: "\xff", MissedBy: "ok", AskedOf: "\u2028"}},
 		{{Mutator: "empty networks", Networks: []string{}}},
 	} {
 		want, err := json.Marshal(changes)

@@ -20,6 +20,10 @@ import (
 type Request struct {
 	Operation admissionv1.Operation
 	Kind      Kind
+	// Review is the admission request as the API server sent it, for a
+	// step that calls a peer's webhook with it (mutators.MACPool); nil
+	// where there is none (the offline CLI, benchmarks).
+	Review    *admissionv1.AdmissionRequest
 	Namespace string
 	Name      string
 	// Meta is the object's own metadata: its labels select rules, its

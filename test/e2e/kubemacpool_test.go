@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/peers"
@@ -25,10 +26,13 @@ import (
 )
 
 // macsMissedMetric and macsMissedLog are what kvnet says when kubemacpool
-// does not see the interfaces it added.
+// does not see the interfaces it added and nobody gives them a MAC;
+// macsAskedMetric and macsAskedLog when kvnet asks kubemacpool for them.
 const (
 	macsMissedMetric = "kvnet_vm_interfaces_missed_by_mac_pool_total"
 	macsMissedLog    = "kubemacpool does not see the interfaces kvnet added: they get no MAC from its pool"
+	macsAskedMetric  = "kvnet_mac_pool_asks_total"
+	macsAskedLog     = "asked kubemacpool for the MACs of the interfaces kvnet added, which it does not see"
 )
 
 // macOrder is one way the API server calls kubemacpool and kvnet.
@@ -48,10 +52,12 @@ type macOrder struct {
 // macVM is one of the 20 VMs and what it must end with.
 type macVM struct {
 	ns, name, kind string
-	// injected are the networks kvnet adds; user the MACs the owner asks
-	// for, by interface (in its spec or in kvnet.io/networks).
-	injected []string
-	user     map[string]string
+	// injected are the networks kvnet adds with no MAC, added all it
+	// adds (the injected and one with the owner's MAC from
+	// kvnet.io/networks); user the MACs the owner asks for, by interface
+	// (in its spec or in kvnet.io/networks).
+	injected, added []string
+	user            map[string]string
 }
 
 // kubemacpool v0.51.1 run as its config/ deploys it, beside kvnet and
@@ -107,6 +113,7 @@ func besideKubemacpool(t *testing.T, o macOrder) []string {
 	sees := o.kvnetFirst || o.ifNeeded
 	waitMACPoolCached(t, plainNS, sees)
 	missed := leftToPeer(t, macsMissedMetric, peers.Kubemacpool)
+	asked := askedOfPool(t, "answered")
 
 	vms := createMACVMs(t, ruleNS, plainNS, o.seq)
 	macs := map[string]map[string]string{} // VM -> interface -> MAC
@@ -114,21 +121,27 @@ func besideKubemacpool(t *testing.T, o macOrder) []string {
 		macs[vm.name] = checkMACsOnCreate(t, vm, sees)
 	}
 	checkDistinct(t, macs)
-	wantMissed, wantLogs := 0, 0
+	wantAsked := 0
 	if !sees {
 		for _, vm := range vms {
-			wantMissed += len(vm.injected)
-			if len(vm.injected) > 0 {
-				wantLogs++
+			if len(vm.added) > 0 {
+				wantAsked++
 			}
 		}
 	}
-	if d := leftToPeer(t, macsMissedMetric, peers.Kubemacpool) - missed; int(d) != wantMissed {
-		t.Errorf("%s rose by %v, want %d", macsMissedMetric, d, wantMissed)
+	if d := leftToPeer(t, macsMissedMetric, peers.Kubemacpool) - missed; d != 0 {
+		t.Errorf("%s rose by %v: kvnet left interfaces without a MAC", macsMissedMetric, d)
 	}
-	if n := env.Logs.Count(macsMissedLog, "namespace", ruleNS) + env.Logs.Count(macsMissedLog, "namespace", plainNS); n != wantLogs {
-		t.Errorf("%d log lines say kubemacpool missed kvnet's interfaces, want %d", n, wantLogs)
+	if d := askedOfPool(t, "answered") - asked; int(d) != wantAsked {
+		t.Errorf("%s{outcome=answered} rose by %v, want %d (a call per VM kvnet added interfaces to)", macsAskedMetric, d, wantAsked)
 	}
+	if n := env.Logs.Count(macsMissedLog, "namespace", ruleNS) + env.Logs.Count(macsMissedLog, "namespace", plainNS); n != 0 {
+		t.Errorf("%d log lines say kubemacpool missed kvnet's interfaces", n)
+	}
+	if n := env.Logs.Count(macsAskedLog, "namespace", ruleNS) + env.Logs.Count(macsAskedLog, "namespace", plainNS); n != wantAsked {
+		t.Errorf("%d log lines say kvnet asked kubemacpool, want %d", n, wantAsked)
+	}
+	checkPoolCommitted(t, k, vms, macs)
 	refusals := checkHeldMACsRefused(t, vms, macs)
 
 	// An update of every VM, a stop and start of one of each kind, a
@@ -177,12 +190,12 @@ func createMACVMs(t *testing.T, ruleNS, plainNS string, seq int) []macVM {
 		case 0:
 			vm.kind = "pod network only"
 		case 1:
-			vm.kind, vm.ns, vm.injected = "a network by rule", ruleNS, []string{"storage"}
+			vm.kind, vm.ns, vm.injected, vm.added = "a network by rule", ruleNS, []string{"storage"}, []string{"storage"}
 		case 2:
-			vm.kind, vm.injected = "a network by kvnet.io/networks", []string{"extra"}
+			vm.kind, vm.injected, vm.added = "a network by kvnet.io/networks", []string{"extra"}, []string{"extra"}
 			annotations = `kvnet.io/networks: '[{"name":"extra","nad":"extra"}]'`
 		case 3:
-			vm.kind = "MACs set by the owner"
+			vm.kind, vm.added = "MACs set by the owner", []string{"fixed"}
 			vm.user = map[string]string{"default": fmt.Sprintf("0a:58:0a:%02x:00:%02x", seq, i), "fixed": fmt.Sprintf("0a:58:0a:%02x:01:%02x", seq, i)}
 			podMAC = `, macAddress: "` + vm.user["default"] + `"`
 			annotations = `kvnet.io/networks: '[{"name":"fixed","nad":"fixed","mac":"` + vm.user["fixed"] + `"}]'`
@@ -217,9 +230,9 @@ func interfaceMACs(t *testing.T, ns, name string) (map[string]string, *kubevirtv
 }
 
 // checkMACsOnCreate checks one VM as stored: the owner's MACs as asked;
-// every other interface a MAC in kubemacpool's range, except the ones kvnet
-// injected when kubemacpool does not see them (sees false), which have
-// none and are recorded as missed; kvnet's record of what it left.
+// every other interface a MAC in kubemacpool's range; kvnet's record of
+// its interfaces' MACs: left to kubemacpool where it sees them (sees),
+// asked of it where it does not.
 func checkMACsOnCreate(t *testing.T, want macVM, sees bool) map[string]string {
 	t.Helper()
 	macs, vm := interfaceMACs(t, want.ns, want.name)
@@ -228,10 +241,6 @@ func checkMACsOnCreate(t *testing.T, want macVM, sees bool) map[string]string {
 		case want.user[iface] != "":
 			if mac != want.user[iface] {
 				t.Errorf("%s interface %s: MAC %q, want the owner's %s", want.name, iface, mac, want.user[iface])
-			}
-		case !sees && slices.Contains(want.injected, iface):
-			if mac != "" {
-				t.Errorf("%s interface %s: MAC %q; kubemacpool ran before kvnet added it and was not called again", want.name, iface, mac)
 			}
 		case !strings.HasPrefix(mac, "02:"):
 			t.Errorf("%s interface %s: MAC %q, want one from kubemacpool's range %s-%s", want.name, iface, mac, framework.KubemacpoolRangeStart, framework.KubemacpoolRangeEnd)
@@ -248,15 +257,21 @@ func checkMACsOnCreate(t *testing.T, want macVM, sees bool) map[string]string {
 	var record []chain.Change
 	_ = json.Unmarshal([]byte(vm.Annotations[chain.MutationsAnnotation]), &record)
 	i := slices.IndexFunc(record, func(c chain.Change) bool { return c.Mutator == "mac-pool" })
+	// Where kubemacpool sees kvnet's interfaces, kvnet says it left it
+	// those without a MAC; where it does not, that it asked it for all.
+	wantRecord := want.injected
+	if !sees {
+		wantRecord = want.added
+	}
 	switch {
-	case len(want.injected) == 0 && i >= 0:
-		t.Errorf("%s: kvnet.io/mutations has %+v; kvnet added no interface without a MAC", want.name, record[i])
-	case len(want.injected) > 0 && i < 0:
-		t.Errorf("%s: kvnet.io/mutations %s says nothing of the MACs of %v", want.name, vm.Annotations[chain.MutationsAnnotation], want.injected)
-	case len(want.injected) > 0 && sees && record[i].LeftTo != peers.Kubemacpool:
-		t.Errorf("%s: kvnet.io/mutations %+v, want %v left to kubemacpool", want.name, record[i], want.injected)
-	case len(want.injected) > 0 && !sees && record[i].MissedBy != peers.Kubemacpool:
-		t.Errorf("%s: kvnet.io/mutations %+v, want %v missed by kubemacpool", want.name, record[i], want.injected)
+	case len(wantRecord) == 0 && i >= 0:
+		t.Errorf("%s: kvnet.io/mutations has %+v; kvnet had nothing to leave to kubemacpool or to ask of it", want.name, record[i])
+	case len(wantRecord) > 0 && i < 0:
+		t.Errorf("%s: kvnet.io/mutations %s says nothing of the MACs of %v", want.name, vm.Annotations[chain.MutationsAnnotation], wantRecord)
+	case len(wantRecord) > 0 && sees && (record[i].LeftTo != peers.Kubemacpool || !slices.Equal(record[i].Networks, wantRecord)):
+		t.Errorf("%s: kvnet.io/mutations %+v, want %v left to kubemacpool", want.name, record[i], wantRecord)
+	case len(wantRecord) > 0 && !sees && (record[i].AskedOf != peers.Kubemacpool || !slices.Equal(record[i].Networks, wantRecord)):
+		t.Errorf("%s: kvnet.io/mutations %+v, want %v asked of kubemacpool", want.name, record[i], wantRecord)
 	}
 	return macs
 }
@@ -388,6 +403,8 @@ func recordOf(t *testing.T, vm macVM) string {
 		switch {
 		case c.Mutator == "mac-pool" && c.LeftTo != "":
 			return fmt.Sprintf("`leftTo: %s` for %s", c.LeftTo, strings.Join(c.Networks, ", "))
+		case c.Mutator == "mac-pool" && c.AskedOf != "":
+			return fmt.Sprintf("`askedOf: %s` for %s (kvnet called its webhook), the metric, a log line", c.AskedOf, strings.Join(c.Networks, ", "))
 		case c.Mutator == "mac-pool" && c.MissedBy != "":
 			return fmt.Sprintf("`missedBy: %s` for %s, a warning, the metric, a log line", c.MissedBy, strings.Join(c.Networks, ", "))
 		}
@@ -552,4 +569,67 @@ func restoreURLs(t *testing.T, cur, before client.Object) {
 	if err != nil {
 		t.Errorf("pointing %s back at the suite's kvnet: %v", before.GetName(), err)
 	}
+}
+
+// askedOfPool reads kvnet_mac_pool_asks_total for kubemacpool and outcome.
+func askedOfPool(t *testing.T, outcome string) float64 {
+	t.Helper()
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != macsAskedMetric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if got["peer"] == peers.Kubemacpool && got["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// checkPoolCommitted checks that kubemacpool knows every MAC of every VM
+// as that VM's, those of the interfaces kvnet added included: its VM
+// controller logs each MAC it commits to its pool with the VM
+// ("committing macs to macPoolMap", pkg/pool-manager MarkVMAsReady). A MAC
+// it allocated and never committed it would free after its --wait-time,
+// for another VM to get.
+func checkPoolCommitted(t *testing.T, k *framework.Kubemacpool, vms []macVM, macs map[string]map[string]string) {
+	t.Helper()
+	const commitMsg = "committing macs to macPoolMap according to the current vm interfaces"
+	framework.Eventually(t, "kubemacpool committed every VM's MACs", framework.CacheTimeout, func() error {
+		b, err := os.ReadFile(k.LogPath)
+		if err != nil {
+			return err
+		}
+		committed := map[string]bool{} // "vm/<ns>/<name> <mac>"
+		for _, line := range strings.Split(string(b), "\n") {
+			var l struct {
+				Msg    string                     `json:"msg"`
+				VM     string                     `json:"vmFullName"`
+				Commit map[string]json.RawMessage `json:"macsMapToCommit"`
+			}
+			if json.Unmarshal([]byte(line), &l) != nil || l.Msg != commitMsg {
+				continue
+			}
+			for mac := range l.Commit {
+				committed[l.VM+" "+strings.ToLower(mac)] = true
+			}
+		}
+		for _, vm := range vms {
+			for iface, mac := range macs[vm.name] {
+				if !committed["vm/"+vm.ns+"/"+vm.name+" "+strings.ToLower(mac)] {
+					return fmt.Errorf("%s/%s interface %s: kubemacpool has not committed its MAC %s", vm.ns, vm.name, iface, mac)
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -43,6 +43,7 @@ var mayImport = map[string][]string{
 	"internal/apijson":         {},
 	"internal/patch":           {},
 	"internal/docgen":          {},
+	"internal/peerwebhook":     {},
 
 	// What admission and the controllers read: policy and cluster facts.
 	"internal/config": {"internal/model", "internal/metrics"},

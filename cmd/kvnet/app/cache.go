@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/migrationid"
+	"github.com/kvnet/kvnet/internal/model/peers"
 )
 
 // lastApplied is kubectl's copy of the whole object in an annotation: often
@@ -105,6 +106,14 @@ func trimWebhooks(in any) (any, error) {
 			c.Webhooks[i] = admissionregv1.MutatingWebhook{
 				Name: w.Name, Rules: w.Rules, NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector,
 				ReinvocationPolicy: w.ReinvocationPolicy,
+			}
+			if w.Name == peers.KubemacpoolVMWebhook {
+				// kvnet calls it where the API server does not after
+				// kvnet (mutators.MACPool): where, trusting what, for how
+				// long, and whether a failure refuses the VM.
+				c.Webhooks[i].ClientConfig = w.ClientConfig
+				c.Webhooks[i].TimeoutSeconds = w.TimeoutSeconds
+				c.Webhooks[i].FailurePolicy = w.FailurePolicy
 			}
 		}
 	}

@@ -19,6 +19,9 @@ import (
 type Capabilities struct {
 	PersistentIPs PersistentIPSteps
 	Migration     MigrationSteps
+	// PeerWebhooks calls a peer's webhook where the API server does not
+	// call it after kvnet (mutators.MACPool); nil calls none.
+	PeerWebhooks mutators.WebhookCaller
 }
 
 // PersistentIPSteps are the launcher-pod steps of persistent IPs.
@@ -44,7 +47,7 @@ func Chains(c Capabilities) webhook.Chains {
 			mutators.VDPA{},
 			mutators.KubeOVN{},
 			// Last: it looks at the interfaces the others added.
-			mutators.MACPool{},
+			mutators.MACPool{Webhooks: c.PeerWebhooks},
 		},
 		// Validators check what the mutators left, and report every error
 		// they find.

@@ -30,6 +30,7 @@ import (
 
 	"github.com/kvnet/kvnet/internal/config"
 	"github.com/kvnet/kvnet/internal/lookup"
+	"github.com/kvnet/kvnet/internal/peerwebhook"
 	"github.com/kvnet/kvnet/internal/version"
 	"github.com/kvnet/kvnet/webhook"
 )
@@ -123,7 +124,7 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	}
 	// What `kvnet webhook` runs besides the VM and VMI webhooks, in order.
 	// Each capability gets only what it uses and hands in its steps.
-	var caps Capabilities
+	caps := Capabilities{PeerWebhooks: &peerwebhook.Client{}}
 	if err := SetUpCerts(ctx, mgr, o.Certs, &o); err != nil {
 		return nil, err
 	}

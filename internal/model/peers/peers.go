@@ -145,12 +145,22 @@ type MACPool struct {
 	// Reinvoked: its reinvocationPolicy is IfNeeded, so the API server
 	// calls it again after kvnet changed the VM.
 	Reinvoked bool
+	// Hook is the webhook as registered (its address, CA bundle, timeout
+	// and failure policy), for kvnet to call it where the API server does
+	// not after kvnet (AskedByKvnet).
+	Hook *admissionregv1.MutatingWebhook
 }
 
 // SeesKvnetInterfaces reports whether the pool sees the interfaces kvnet
 // adds to a VM: it is called after kvnet, or again after kvnet changed the
 // VM. When not, the interfaces kvnet adds get no MAC from it.
 func (p MACPool) SeesKvnetInterfaces() bool { return p.Webhook != "" && (!p.Before || p.Reinvoked) }
+
+// FailsClosed reports whether the API server refuses an object when the
+// pool's webhook cannot be called (failurePolicy Fail, its default).
+func (p MACPool) FailsClosed() bool {
+	return p.Hook == nil || p.Hook.FailurePolicy == nil || *p.Hook.FailurePolicy == admissionregv1.Fail
+}
 
 // KubemacpoolFor is kubemacpool's VM webhook as the API server calls it
 // for a VM in a namespace with nsLabels (the zero MACPool when none is).
@@ -173,6 +183,7 @@ func KubemacpoolFor(configs []admissionregv1.MutatingWebhookConfiguration, names
 					Webhook:   configs[i].Name + "/" + wh.Name,
 					Before:    !kvnetSeen,
 					Reinvoked: wh.ReinvocationPolicy != nil && *wh.ReinvocationPolicy == admissionregv1.IfNeededReinvocationPolicy,
+					Hook:      wh,
 				}
 			}
 		}

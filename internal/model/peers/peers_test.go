@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"strings"
 	"testing"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
@@ -99,6 +100,10 @@ func TestKubemacpoolFor(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := KubemacpoolFor(c.configs, "tenant", c.nsLabels)
+			if (got.Webhook != "") != (got.Hook != nil) || got.Hook != nil && got.Webhook != got.Webhook[:strings.IndexByte(got.Webhook, '/')+1]+got.Hook.Name {
+				t.Errorf("KubemacpoolFor = %+v: its Hook is not the webhook it names", got)
+			}
+			got.Hook = nil
 			if got != c.want {
 				t.Errorf("KubemacpoolFor = %+v, want %+v", got, c.want)
 			}
