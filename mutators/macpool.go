@@ -30,6 +30,13 @@ var macsMissed = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Interfaces kvnet added to VirtualMachines that the MAC pool webhook registered for them (kubemacpool) does not see, because the API server calls it before kvnet and not again: they get no MAC from the pool (one per interface and request), by peer.",
 }, []string{"peer"})
 
+// macsLeft counts the interfaces kvnet added to VMs and left to a MAC pool
+// that sees them.
+var macsLeft = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "kvnet_vm_interfaces_left_to_mac_pool_total",
+	Help: "Interfaces kvnet added to VirtualMachines without a MAC and left to the MAC pool webhook registered for them (kubemacpool), which the API server calls after kvnet or again after it (one per interface and request), by peer.",
+}, []string{"peer"})
+
 // macsAsked counts kvnet's calls of a MAC pool's webhook, by outcome:
 // "answered" (its MACs taken), "refused" (it refused the VM) and "failed"
 // (no answer, or one kvnet could not read).
@@ -51,7 +58,8 @@ const TransactionTimestampAnnotation = "kubemacpool.io/transaction-timestamp"
 //
 // Where the pool sees the interfaces (the API server calls it after kvnet,
 // or again after kvnet changed the VM, reinvocationPolicy IfNeeded), kvnet
-// leaves their MACs to it (kvnet.io/mutations "leftTo"). Where it does not
+// leaves their MACs to it (kvnet.io/mutations "leftTo",
+// kvnet_vm_interfaces_left_to_mac_pool_total, a log line). Where it does not
 // (kubemacpool as it ships: its configuration's name sorts before kvnet's
 // and its policy is Never), kvnet calls the pool's webhook itself, as the
 // API server would have, with the VM as kvnet leaves it, and takes from
@@ -105,6 +113,9 @@ func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
 	}
 	if pool.SeesKvnetInterfaces() {
 		if len(bare) > 0 {
+			macsLeft.WithLabelValues(peers.Kubemacpool).Add(float64(len(bare)))
+			logf.FromContext(ctx).Info("leaving the MACs of the interfaces kvnet added to kubemacpool, which the API server calls after kvnet",
+				"namespace", req.Namespace, "name", req.Name, "webhook", pool.Webhook, "networks", bare)
 			req.RecordLeftTo(m.Name(), peers.Kubemacpool, bare...)
 		}
 		return nil

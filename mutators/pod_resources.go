@@ -47,8 +47,9 @@ func RegisterMetrics(reg prometheus.Registerer) error {
 	resourcesLeft.WithLabelValues(peers.ResourceInjector)
 	claimRefsLeft.WithLabelValues(peers.IPAMExtensions)
 	macsMissed.WithLabelValues(peers.Kubemacpool)
+	macsLeft.WithLabelValues(peers.Kubemacpool)
 	macsAsked.WithLabelValues(peers.Kubemacpool, "macs")
-	return metrics.Register(reg, resourcesAdded, resourcesLeft, claimRefsLeft, macsMissed, macsAsked, targetPodsWaiting)
+	return metrics.Register(reg, resourcesAdded, resourcesLeft, claimRefsLeft, macsMissed, macsLeft, macsAsked, targetPodsWaiting)
 }
 
 // NetworkResources gives a virt-launcher pod the device-plugin resources of

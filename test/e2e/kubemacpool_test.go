@@ -32,6 +32,8 @@ const (
 	macsMissedMetric = "kvnet_vm_interfaces_missed_by_mac_pool_total"
 	macsMissedLog    = "kubemacpool does not see the interfaces kvnet added: they get no MAC from its pool"
 	macsAskedMetric  = "kvnet_mac_pool_asks_total"
+	macsLeftMetric   = "kvnet_vm_interfaces_left_to_mac_pool_total"
+	macsLeftLog      = "leaving the MACs of the interfaces kvnet added to kubemacpool, which the API server calls after kvnet"
 	macsAskedLog     = "asked kubemacpool for the MACs of the interfaces kvnet added, which it does not see"
 )
 
@@ -114,6 +116,7 @@ func besideKubemacpool(t *testing.T, o macOrder) []string {
 	waitMACPoolCached(t, plainNS, sees)
 	missed := leftToPeer(t, macsMissedMetric, peers.Kubemacpool)
 	asked := askedOfPool(t, "answered")
+	left := leftToPeer(t, macsLeftMetric, peers.Kubemacpool)
 
 	vms := createMACVMs(t, ruleNS, plainNS, o.seq)
 	macs := map[string]map[string]string{} // VM -> interface -> MAC
@@ -121,13 +124,23 @@ func besideKubemacpool(t *testing.T, o macOrder) []string {
 		macs[vm.name] = checkMACsOnCreate(t, vm, sees)
 	}
 	checkDistinct(t, macs)
-	wantAsked := 0
-	if !sees {
-		for _, vm := range vms {
-			if len(vm.added) > 0 {
-				wantAsked++
-			}
+	// kvnet steps aside where kubemacpool sees its interfaces, and asks it
+	// where it does not; either way it says so.
+	wantAsked, wantLeft, wantLeftLogs := 0, 0, 0
+	for _, vm := range vms {
+		switch {
+		case !sees && len(vm.added) > 0:
+			wantAsked++
+		case sees && len(vm.injected) > 0:
+			wantLeft += len(vm.injected)
+			wantLeftLogs++
 		}
+	}
+	if d := leftToPeer(t, macsLeftMetric, peers.Kubemacpool) - left; int(d) != wantLeft {
+		t.Errorf("%s rose by %v, want %d", macsLeftMetric, d, wantLeft)
+	}
+	if n := env.Logs.Count(macsLeftLog, "namespace", ruleNS) + env.Logs.Count(macsLeftLog, "namespace", plainNS); n != wantLeftLogs {
+		t.Errorf("%d log lines say kvnet left MACs to kubemacpool, want %d", n, wantLeftLogs)
 	}
 	if d := leftToPeer(t, macsMissedMetric, peers.Kubemacpool) - missed; d != 0 {
 		t.Errorf("%s rose by %v: kvnet left interfaces without a MAC", macsMissedMetric, d)
@@ -402,7 +415,7 @@ func recordOf(t *testing.T, vm macVM) string {
 	for _, c := range record {
 		switch {
 		case c.Mutator == "mac-pool" && c.LeftTo != "":
-			return fmt.Sprintf("`leftTo: %s` for %s", c.LeftTo, strings.Join(c.Networks, ", "))
+			return fmt.Sprintf("`leftTo: %s` for %s, the metric, a log line", c.LeftTo, strings.Join(c.Networks, ", "))
 		case c.Mutator == "mac-pool" && c.AskedOf != "":
 			return fmt.Sprintf("`askedOf: %s` for %s (kvnet called its webhook), the metric, a log line", c.AskedOf, strings.Join(c.Networks, ", "))
 		case c.Mutator == "mac-pool" && c.MissedBy != "":
