@@ -68,11 +68,14 @@ type macVM struct {
 // admin to set). 20 VMs created through the API server, some with a
 // network injected by rule, some by kvnet.io/networks, some with MACs
 // their owner set (on an interface, and asked for in kvnet.io/networks),
-// each get a MAC on every interface kubemacpool sees, all distinct, all in
+// each get a MAC on every interface, all distinct, all in
 // its range but the owner's; no MAC changes across an update of every VM,
-// a stop and start, and a restart of kubemacpool and of kvnet. Where kubemacpool does
-// not see the interfaces kvnet added (it runs first and is not called
-// again), kvnet says so in kvnet.io/mutations, its metric and a log line.
+// a stop and start, and a restart of kubemacpool and of kvnet; a network
+// asked for on an update gets a pool MAC too. kubemacpool's controller
+// commits every MAC as its VM's. Where kubemacpool does not see the
+// interfaces kvnet added (it runs first and is not called again), kvnet
+// calls its webhook itself; either way kvnet says what it did in
+// kvnet.io/mutations, a metric and a log line.
 // A second VM asking for a MAC another holds, one kvnet set or one from
 // the pool, is refused with a message naming the MAC and the holder.
 //
@@ -181,6 +184,9 @@ func besideKubemacpool(t *testing.T, o macOrder) []string {
 	answerWithNewKvnet(t)
 	touchVMs(t, vms, "3")
 	checkMACsKept(t, vms, macs, "a restart of kvnet and an update")
+	// An update that asks for another network: kvnet adds its interface on
+	// the UPDATE, and it gets a pool MAC as on a CREATE.
+	addedOnUpdate(t, k, vms[4], macs, sees)
 
 	var rows []string
 	for _, kind := range []string{"pod network only", "a network by rule", "a network by kvnet.io/networks", "MACs set by the owner"} {
@@ -645,4 +651,46 @@ func checkPoolCommitted(t *testing.T, k *framework.Kubemacpool, vms []macVM, mac
 		}
 		return nil
 	})
+}
+
+// addedOnUpdate asks for network extra on vm (a pod-network-only VM, not
+// the one the table describes, in the
+// namespace that has its NAD) in kvnet.io/networks: kvnet adds the
+// interface on the UPDATE, and kubemacpool gives it a MAC from its pool,
+// distinct from every other, which it commits as the VM's; the VM's
+// other MACs stay.
+func addedOnUpdate(t *testing.T, k *framework.Kubemacpool, vm macVM, macs map[string]map[string]string, sees bool) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur kubevirtv1.VirtualMachine
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: vm.ns, Name: vm.name}, &cur); err != nil {
+			return err
+		}
+		cur.Annotations["kvnet.io/networks"] = `[{"name":"extra","nad":"extra"}]`
+		return env.Client.Update(context.Background(), &cur)
+	})
+	if err != nil {
+		t.Fatalf("asking %s for network extra: %v", vm.name, err)
+	}
+	got, cur := interfaceMACs(t, vm.ns, vm.name)
+	if got["default"] != macs[vm.name]["default"] {
+		t.Errorf("%s: the pod interface's MAC moved from %s to %s on an update adding a network", vm.name, macs[vm.name]["default"], got["default"])
+	}
+	if !strings.HasPrefix(got["extra"], "02:") {
+		t.Fatalf("%s: the interface kvnet added on an update has MAC %q, want one from kubemacpool's range (interfaces %v, kvnet.io/mutations %s)", vm.name, got["extra"], got, cur.Annotations[chain.MutationsAnnotation])
+	}
+	var record []chain.Change
+	_ = json.Unmarshal([]byte(cur.Annotations[chain.MutationsAnnotation]), &record)
+	want := chain.Change{Mutator: "mac-pool", Networks: []string{"extra"}, LeftTo: peers.Kubemacpool}
+	if !sees {
+		want.LeftTo, want.AskedOf = "", peers.Kubemacpool
+	}
+	if !slices.ContainsFunc(record, func(c chain.Change) bool {
+		return c.Mutator == want.Mutator && c.LeftTo == want.LeftTo && c.AskedOf == want.AskedOf && slices.Equal(c.Networks, want.Networks)
+	}) {
+		t.Errorf("%s: kvnet.io/mutations %s has no %+v", vm.name, cur.Annotations[chain.MutationsAnnotation], want)
+	}
+	macs[vm.name] = got
+	checkDistinct(t, macs)
+	checkPoolCommitted(t, k, []macVM{vm}, macs)
 }
