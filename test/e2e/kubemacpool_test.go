@@ -187,6 +187,9 @@ func besideKubemacpool(t *testing.T, o macOrder) []string {
 	// An update that asks for another network: kvnet adds its interface on
 	// the UPDATE, and it gets a pool MAC as on a CREATE.
 	addedOnUpdate(t, k, vms[4], macs, sees)
+	if !sees {
+		unreachableKubemacpool(t, plainNS)
+	}
 
 	var rows []string
 	for _, kind := range []string{"pod network only", "a network by rule", "a network by kvnet.io/networks", "MACs set by the owner"} {
@@ -693,4 +696,71 @@ func addedOnUpdate(t *testing.T, k *framework.Kubemacpool, vm macVM, macs map[st
 	macs[vm.name] = got
 	checkDistinct(t, macs)
 	checkPoolCommitted(t, k, []macVM{vm}, macs)
+}
+
+// unreachableKubemacpool registers kubemacpool's VM webhook at an address
+// nothing answers, with failurePolicy Ignore: the API server passes the VM
+// without it, kvnet's own call fails too, and kvnet admits the VM with its
+// interface MAC-less and says so (missedBy, the metrics, a log line). The
+// configuration is put back after.
+func unreachableKubemacpool(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	var before admissionregv1.MutatingWebhookConfiguration
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: framework.KubemacpoolConfiguration}, &before); err != nil {
+		t.Fatal(err)
+	}
+	defer restoreURLs(t, &admissionregv1.MutatingWebhookConfiguration{}, before.DeepCopy())
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var c admissionregv1.MutatingWebhookConfiguration
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: framework.KubemacpoolConfiguration}, &c); err != nil {
+			return err
+		}
+		for i := range c.Webhooks {
+			if c.Webhooks[i].Name == framework.KubemacpoolVMWebhook {
+				c.Webhooks[i].FailurePolicy = ptr.To(admissionregv1.Ignore)
+				c.Webhooks[i].ClientConfig.URL = rehost(t, c.Webhooks[i].ClientConfig.URL, "127.0.0.1:1")
+			}
+		}
+		return env.Client.Update(ctx, &c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, "kvnet's cache has kubemacpool's webhook unreachable, failurePolicy Ignore", framework.CacheTimeout, func() error {
+		var list admissionregv1.MutatingWebhookConfigurationList
+		if err := env.Manager.GetCache().List(ctx, &list); err != nil {
+			return err
+		}
+		slices.SortFunc(list.Items, func(a, b admissionregv1.MutatingWebhookConfiguration) int { return strings.Compare(a.Name, b.Name) })
+		p := peers.KubemacpoolFor(list.Items, ns, nil)
+		if p.Hook == nil || p.FailsClosed() || !strings.Contains(ptr.Deref(p.Hook.ClientConfig.URL, ""), ":1/") {
+			return fmt.Errorf("cached: %+v", p)
+		}
+		return nil
+	})
+	failed, missed := askedOfPool(t, "failed"), leftToPeer(t, macsMissedMetric, peers.Kubemacpool)
+	if _, err := createVM(t, ns, macVMYAML("unreachable", "", `kvnet.io/networks: '[{"name":"extra","nad":"extra"}]'`)); err != nil {
+		t.Fatalf("creating a VM while kubemacpool is unreachable, failurePolicy Ignore: %v", err)
+	}
+	got, vm := interfaceMACs(t, ns, "unreachable")
+	if got["extra"] != "" || got["default"] != "" {
+		t.Errorf("MACs %v: nobody could give any", got)
+	}
+	var record []chain.Change
+	_ = json.Unmarshal([]byte(vm.Annotations[chain.MutationsAnnotation]), &record)
+	if !slices.ContainsFunc(record, func(c chain.Change) bool {
+		return c.Mutator == "mac-pool" && c.MissedBy == peers.Kubemacpool && slices.Equal(c.Networks, []string{"extra"})
+	}) {
+		t.Errorf("kvnet.io/mutations %s: want extra missed by kubemacpool", vm.Annotations[chain.MutationsAnnotation])
+	}
+	if d := askedOfPool(t, "failed") - failed; d != 1 {
+		t.Errorf("%s{outcome=failed} rose by %v, want 1", macsAskedMetric, d)
+	}
+	if d := leftToPeer(t, macsMissedMetric, peers.Kubemacpool) - missed; d != 1 {
+		t.Errorf("%s rose by %v, want 1", macsMissedMetric, d)
+	}
+	if n := env.Logs.Count(macsMissedLog, "namespace", ns, "name", "unreachable"); n != 1 {
+		t.Errorf("%d log lines say kubemacpool missed the VM's interface, want 1", n)
+	}
 }
