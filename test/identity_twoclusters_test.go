@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,7 +23,9 @@ import (
 
 	"github.com/kvnet/kvnet/certs/certstest"
 	"github.com/kvnet/kvnet/cmd/kvnet/app"
+	"github.com/kvnet/kvnet/internal/lookup"
 	"github.com/kvnet/kvnet/internal/model/multus"
+	"github.com/kvnet/kvnet/internal/model/peers"
 	"github.com/kvnet/kvnet/internal/persistentips"
 	"github.com/kvnet/kvnet/internal/proxy"
 	"github.com/kvnet/kvnet/internal/proxy/hop"
@@ -276,6 +280,7 @@ func TestIdentityTargetSide(t *testing.T) {
 		t.Errorf("claim %s is controlled by %+v, want VM vm1", claim.Name, ref)
 	}
 	identityEvent(t, vmim, corev1.EventTypeNormal, "NetworkIdentityReceived", "peer cluster-a")
+	receivedMACHeld(t, other, "02:6b:76:00:00:05", it.ns, "vm1", "vm1.blue")
 	// The same identity again (a retried offer) changes nothing.
 	if got := it.offer(t, it.fromA, sent); got != 0 {
 		t.Fatalf("the same identity again: refused %s", got)
@@ -361,4 +366,60 @@ func TestIdentityAcrossClusters(t *testing.T) {
 		t.Errorf("kvnet_proxy_identities_offered_total{outcome=accepted} %v -> %v, want one offer", offered, after)
 	}
 	t.Logf("identity across two clusters: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// receivedMACHeld shows that a MAC received in a cross-cluster migration
+// is taken beside kubemacpool (issue 51): with kubemacpool v0.51.1 running
+// and registered as it ships, a new VM in namespace ns asking for mac (on
+// its pod interface) is refused by kvnet, naming the MAC, the VM that
+// received it and its claim; kubemacpool, which never saw the MAC (it is
+// on the claim and the launcher pod, not the VM), would have taken it. A
+// VM asking for another MAC is created.
+func receivedMACHeld(t *testing.T, ns, mac, holderNS, holder, claim string) {
+	t.Helper()
+	ctx := context.Background()
+	k, err := framework.StartKubemacpool(ctx, env.Config, env.Client, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	framework.Eventually(t, "kvnet's cache has kubemacpool's webhook and the received MAC", framework.CacheTimeout, func() error {
+		var hooks admissionregv1.MutatingWebhookConfigurationList
+		if err := env.Manager.GetCache().List(ctx, &hooks); err != nil {
+			return err
+		}
+		slices.SortFunc(hooks.Items, func(a, b admissionregv1.MutatingWebhookConfiguration) int { return strings.Compare(a.Name, b.Name) })
+		if p := peers.KubemacpoolFor(hooks.Items, ns, nil); p.Webhook == "" {
+			return errors.New("kubemacpool's webhook is not cached yet")
+		}
+		var claims ipamv1alpha1.IPAMClaimList
+		if err := env.Manager.GetCache().List(ctx, &claims, client.MatchingFields{lookup.ClaimMACIndexField: mac}); err != nil {
+			return err
+		}
+		if len(claims.Items) == 0 {
+			return fmt.Errorf("no cached claim holds %s yet", mac)
+		}
+		return nil
+	})
+	vm := func(name, mac string) *kubevirtv1.VirtualMachine {
+		return &kubevirtv1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptr.To(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain: kubevirtv1.DomainSpec{Devices: kubevirtv1.Devices{Interfaces: []kubevirtv1.Interface{{
+						Name: "default", MacAddress: mac, InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}},
+					}}}},
+					Networks: []kubevirtv1.Network{*kubevirtv1.DefaultPodNetwork()},
+				},
+			}},
+		}
+	}
+	err = env.Client.Create(ctx, vm("twin", mac))
+	want := fmt.Sprintf("MAC %s is held by VirtualMachine %s/%s, which received it in a cross-cluster migration (IPAMClaim %s)", mac, holderNS, holder, claim)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a VM asking for the received MAC %s: %v; want 422 saying %q", mac, err, want)
+	}
+	if err := env.Client.Create(ctx, vm("other-mac", "02:6b:76:00:00:66")); err != nil {
+		t.Fatalf("a VM asking for a MAC nobody holds: %v", err)
+	}
 }

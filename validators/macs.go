@@ -18,10 +18,9 @@ import (
 // which time their guests share the MAC on the wire. So kvnet refuses it
 // at admission, naming the MAC and the VM that holds it, whichever set it:
 // the owner by hand, kubemacpool from its pool, kvnet from
-// kvnet.io/networks. Where kubemacpool runs before kvnet, a MAC kvnet set
-// is unknown to it until it restarts, and its pool could give it to
-// another VM; that VM is then refused here too, and created again gets
-// another MAC.
+// kvnet.io/networks, or a cross-cluster migration that brought the VM's
+// network identity (its IPAMClaim's kvnet.io/mac, which kubemacpool never
+// saw: it is on the claim and the launcher pod, not the VM).
 //
 // Only CREATE is checked: an existing duplicate must not block updates of
 // either VM (virt-controller's among them), and a MAC the owner changes
@@ -71,5 +70,9 @@ func (MACsHeld) Validate(ctx context.Context, req *chain.Request) (field.ErrorLi
 }
 
 func held(mac string, h lookup.MACHolder) string {
-	return fmt.Sprintf("MAC %s is held by VirtualMachine %s/%s (interface %s); kubemacpool, registered for this namespace, does not refuse a MAC twice, so kvnet does: ask for another MAC or none", mac, h.Namespace, h.Name, h.Interface)
+	by := fmt.Sprintf("VirtualMachine %s/%s (interface %s)", h.Namespace, h.Name, h.Interface)
+	if h.Claim != "" {
+		by = fmt.Sprintf("VirtualMachine %s/%s, which received it in a cross-cluster migration (IPAMClaim %s)", h.Namespace, h.Name, h.Claim)
+	}
+	return fmt.Sprintf("MAC %s is held by %s; kubemacpool, registered for this namespace, does not refuse a MAC twice, so kvnet does: ask for another MAC or none", mac, by)
 }

@@ -65,7 +65,8 @@ type Facts interface {
 	// the zero MACPool when none is registered for it.
 	MACPool(ctx context.Context, namespace string) (peers.MACPool, error)
 	// MACHolders are the VirtualMachines (not being deleted) whose
-	// template interfaces ask for mac.
+	// template interfaces ask for mac, or whose IPAMClaim keeps it as the
+	// MAC of a network identity received in a cross-cluster migration.
 	MACHolders(ctx context.Context, mac string) ([]MACHolder, error)
 }
 
@@ -83,6 +84,8 @@ type Reader struct {
 	// reader), never there (no CRD), or from an informer WatchKubeVirt
 	// started with the manager.
 	kubeVirt kubeVirtSource
+	// claimMACs: IndexClaimMACs indexed IPAMClaims by received MAC.
+	claimMACs bool
 }
 
 type kubeVirtSource int

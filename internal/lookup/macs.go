@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	ipamv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -41,14 +43,53 @@ func CanonicalMAC(mac string) string {
 	return hw.String()
 }
 
-// MACHolder is a VirtualMachine whose interface asks for a MAC.
+// ClaimMACAnnotation is where kvnet keeps, on a receiving VM's IPAMClaim,
+// the MAC of the network identity it received in a cross-cluster
+// migration (persistentips.MACAnnotation): the guest keeps that MAC on the
+// claim's network, whatever the VM's interface says.
+const ClaimMACAnnotation = "kvnet.io/mac"
+
+// ClaimMACIndexField is the informer-cache field index of IPAMClaims by
+// ClaimMACAnnotation (canonical form).
+const ClaimMACIndexField = "kvnet.io/claim-mac"
+
+// ClaimMACs are claim's values of ClaimMACIndexField.
+func ClaimMACs(claim *ipamv1alpha1.IPAMClaim) []string {
+	if mac := CanonicalMAC(claim.Annotations[ClaimMACAnnotation]); mac != "" {
+		return []string{mac}
+	}
+	return nil
+}
+
+// MACHolder is a VirtualMachine whose interface asks for a MAC, or that
+// received it in a cross-cluster migration (Claim names the IPAMClaim that
+// keeps it).
 type MACHolder struct {
 	Namespace, Name, Interface string
+	Claim                      string
+}
+
+// IndexClaimMACs adds ClaimMACIndexField to the IPAMClaim informer of idx
+// (before the manager starts, and only where the IPAMClaim CRD is
+// installed): MACHolders then answers received MACs too.
+func (r *Reader) IndexClaimMACs(ctx context.Context, idx client.FieldIndexer) error {
+	err := idx.IndexField(ctx, &ipamv1alpha1.IPAMClaim{}, ClaimMACIndexField, func(o client.Object) []string {
+		if c, ok := o.(*ipamv1alpha1.IPAMClaim); ok {
+			return ClaimMACs(c)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("indexing IPAMClaims by received MAC: %w", err)
+	}
+	r.claimMACs = true
+	return nil
 }
 
 // MACHolders implements Facts from the VirtualMachine informer's
-// MACIndexField index (which the wiring registers). VMs being deleted
-// hold nothing: their MACs are about to be free.
+// MACIndexField index and, where IndexClaimMACs added it, the IPAMClaim
+// informer's ClaimMACIndexField (the wiring registers both). VMs and
+// claims being deleted hold nothing: their MACs are about to be free.
 func (r *Reader) MACHolders(ctx context.Context, mac string) ([]MACHolder, error) {
 	mac = CanonicalMAC(mac)
 	if mac == "" {
@@ -58,7 +99,23 @@ func (r *Reader) MACHolders(ctx context.Context, mac string) ([]MACHolder, error
 	if err := r.List(ctx, &list, client.MatchingFields{MACIndexField: mac}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the VirtualMachines with MAC %s: %w", mac, err)
 	}
-	return holders(list.Items, mac), nil
+	out := holders(list.Items, mac)
+	if !r.claimMACs {
+		return out, nil
+	}
+	var claims ipamv1alpha1.IPAMClaimList
+	if err := r.List(ctx, &claims, client.MatchingFields{ClaimMACIndexField: mac}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the IPAMClaims with received MAC %s: %w", mac, err)
+	}
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		owner := metav1.GetControllerOf(c)
+		if c.DeletionTimestamp != nil || owner == nil || owner.Kind != "VirtualMachine" {
+			continue
+		}
+		out = append(out, MACHolder{Namespace: c.Namespace, Name: owner.Name, Interface: c.Spec.Interface, Claim: c.Name})
+	}
+	return out, nil
 }
 
 // MACHolders implements Facts.

@@ -29,7 +29,7 @@ import (
 // libvirt domain brings along unchanged. The VMI has no status subresource
 // and its annotations are the tenant's to edit; the claim is written by
 // kvnet alone.
-const MACAnnotation = "kvnet.io/mac"
+const MACAnnotation = lookup.ClaimMACAnnotation
 
 // RefusedAnnotation on a receive VMIM says why kvnet refused the last
 // network identity a peer sent for it, as "<reason>: <what>" (at most

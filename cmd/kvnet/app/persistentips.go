@@ -45,6 +45,13 @@ func persistentIPs(ctx context.Context, mgr manager.Manager, cfg *config.Source,
 	} else if err != nil {
 		return PersistentIPSteps{}, fmt.Errorf("looking up the IPAMClaim kind: %w", err)
 	}
+	// The MAC check beside a MAC pool asks which VMs received a MAC in a
+	// cross-cluster migration: an index on the IPAMClaim informer.
+	if r, ok := facts.(*lookup.Reader); ok {
+		if err := r.IndexClaimMACs(ctx, mgr.GetFieldIndexer()); err != nil {
+			return PersistentIPSteps{}, err
+		}
+	}
 	// Start the informers the pod mutator reads with the manager, so the
 	// readiness check waits for them instead of the first pod paying for it.
 	for _, obj := range []client.Object{&kubevirtv1.VirtualMachineInstance{}, &ipamv1alpha1.IPAMClaim{}} {
