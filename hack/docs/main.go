@@ -1,6 +1,7 @@
 // Command docs writes kvnet's generated reference pages (`make docs`):
 // docs/cli.md from the commands and their flags, docs/metrics.md from the
-// metrics kvnet registers. test/docs fails when a
+// metrics kvnet registers, docs/helm-values.md from the chart's
+// values.yaml. test/docs fails when a
 // page differs from what this writes.
 package main
 
@@ -28,7 +29,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "docs:", err)
 		os.Exit(1)
 	}
-	pages := map[string]string{"cli.md": docgen.CLI(app.RootCommand()), "metrics.md": metrics}
+	values, err := os.ReadFile(filepath.Join(dir, "..", "charts", "kvnet", "values.yaml"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docs:", err)
+		os.Exit(1)
+	}
+	helm, err := docgen.HelmValues(values)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docs:", err)
+		os.Exit(1)
+	}
+	pages := map[string]string{"cli.md": docgen.CLI(app.RootCommand()), "metrics.md": metrics, "helm-values.md": helm}
 	for name, text := range pages {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "docs:", err)

@@ -23,9 +23,18 @@ func TestGeneratedPagesAreCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	values, err := os.ReadFile(filepath.Join(r, "charts", "kvnet", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm, err := docgen.HelmValues(values)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, want := range map[string]string{
-		"cli.md":     docgen.CLI(app.RootCommand()),
-		"metrics.md": metrics,
+		"cli.md":         docgen.CLI(app.RootCommand()),
+		"metrics.md":     metrics,
+		"helm-values.md": helm,
 	} {
 		got, err := os.ReadFile(filepath.Join(r, "docs", name))
 		if err != nil {
