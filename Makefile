@@ -26,11 +26,11 @@ build:
 loadtest:
 	$(GO) build -o bin/kvnet-loadtest ./hack/loadtest
 
-# The generated reference pages (docs/cli.md, docs/metrics.md), from the
-# code they describe;
-# test/docs fails when one is stale.
+# The generated reference pages (docs/cli.md, docs/metrics.md,
+# docs/helm-values.md and docs/config.md's key table), from the code and
+# values they describe (hack/docs/pages); test/docs fails when one is stale.
 docs:
-	$(GO) run ./hack/docs docs
+	$(GO) run ./hack/docs .
 
 # The container image, without a Docker engine: a static kvnet per platform
 # and hack/image (go-containerregistry) writing them as one OCI image index

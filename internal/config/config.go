@@ -120,12 +120,20 @@ type Network struct {
 
 // SRIOV lists resource-name prefixes of SR-IOV device plugins.
 type SRIOV struct {
+	// ResourcePrefixes: a NAD whose k8s.v1.cni.cncf.io/resourceName starts
+	// with one is an SR-IOV network (binding auto is sriov); omitted means
+	// intel.com/, nvidia.com/, mellanox.com/ and openshift.io/
+	// (DefaultSRIOVPrefixes).
 	ResourcePrefixes []string `json:"resourcePrefixes,omitempty"`
 }
 
 // VDPA lists resource-name prefixes of vDPA device plugins and the KubeVirt
 // binding plugin that attaches them.
 type VDPA struct {
+	// ResourcePrefixes: a NAD whose resourceName starts with one is a vDPA
+	// network (binding auto is the vDPA plugin); checked before the SR-IOV
+	// prefixes; omitted means jaguarmicro.com/, nvidia.com/vdpa,
+	// intel.com/vdpa and mellanox.com/vdpa (DefaultVDPAPrefixes).
 	ResourcePrefixes []string `json:"resourcePrefixes,omitempty"`
 	// BindingPlugin is the name of the plugin in the KubeVirt CR; default "vdpa".
 	BindingPlugin string `json:"bindingPlugin,omitempty"`
@@ -189,8 +197,12 @@ type Migration struct {
 	// synchronization-controller pods run; empty means the namespace of the
 	// KubeVirt CR. Migration addresses go only to pods there (or in a
 	// holder's own namespace), so a tenant's look-alike pods take nothing.
-	Namespace    string                 `json:"namespace,omitempty"`
-	InCluster    *InClusterMigration    `json:"inCluster,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	// InCluster gives virt-handler pods their in-cluster migration
+	// addresses; omitted, kvnet gives none.
+	InCluster *InClusterMigration `json:"inCluster,omitempty"`
+	// CrossCluster gives the synchronization controllers (or the migration
+	// proxies) their cross-cluster addresses; omitted, kvnet gives none.
 	CrossCluster *CrossClusterMigration `json:"crossCluster,omitempty"`
 	// ReservationTimeout is how long an address handed out at admission waits
 	// for its pod to appear before it is released (default 2m). It must exceed
@@ -281,8 +293,11 @@ type CrossClusterMigration struct {
 // the network, broadcast or anycast address) and exclusions. Range and
 // exclusion entries are an address, a CIDR or "first-last".
 type Pool struct {
-	CIDR    string   `json:"cidr"`
-	Ranges  []string `json:"ranges,omitempty"`
+	// CIDR is the network, "address/prefix".
+	CIDR string `json:"cidr"`
+	// Ranges narrow it to these entries; omitted, the whole CIDR.
+	Ranges []string `json:"ranges,omitempty"`
+	// Exclude takes these entries out (gateways, static hosts).
 	Exclude []string `json:"exclude,omitempty"`
 }
 
