@@ -83,10 +83,16 @@ func All(root string) ([]Snippet, error) {
 			if !Langs[lang] {
 				return ast.WalkContinue, nil
 			}
-			s := Snippet{Page: f, Lang: lang, Text: string(fence.Text(src))}
-			if l := fence.Lines(); l.Len() > 0 {
-				s.Line = bytes.Count(src[:l.At(0).Start], []byte("\n")) + 1
+			s := Snippet{Page: f, Lang: lang}
+			var body bytes.Buffer
+			for i := range fence.Lines().Len() {
+				seg := fence.Lines().At(i)
+				if i == 0 {
+					s.Line = bytes.Count(src[:seg.Start], []byte("\n")) + 1
+				}
+				body.Write(seg.Value(src))
 			}
+			s.Text = body.String()
 			if prev, ok := fence.PreviousSibling().(*ast.HTMLBlock); ok {
 				var c bytes.Buffer
 				for i := range prev.Lines().Len() {
