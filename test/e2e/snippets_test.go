@@ -47,8 +47,30 @@ var guideVMChecks = map[string]func(t *testing.T, annotations map[string]string)
 		}
 		provider := "ovn-a." + ns + ".ovn.kubernetes.io/"
 		for key, want := range map[string]string{"ip_address": "10.16.0.9", "logical_switch": "vm-subnet"} {
-			if got := pod.Annotations[provider+key]; got != want && got != want+"/16" {
+			if got := pod.Annotations[provider+key]; got != want {
 				t.Errorf("launcher pod %s%s = %q, want %s", provider, key, got, want)
+			}
+		}
+	},
+	// docs/kube-ovn.md: the default route and the fixed addresses of one
+	// of two kube-ovn networks become kube-ovn's annotations on the
+	// launcher pod, for that network's provider alone.
+	"kube-ovn-default-route": func(t *testing.T, annotations map[string]string) {
+		ns := env.NewNamespace(t, nil)
+		env.CreateNAD(t, ns, "ovn-mgmt", "", kubeOVNConfig)
+		env.CreateNAD(t, ns, "ovn-app", "", kubeOVNConfig)
+		vm, err := createGuideVM(t, ns, "app", annotations)
+		if err != nil {
+			t.Fatalf("the guide's VM is refused: %v", err)
+		}
+		pod := waitLauncherPod(t, waitVMI(t, ns, vm.Name))
+		app, mgmt := "ovn-app."+ns+".ovn.kubernetes.io/", "ovn-mgmt."+ns+".ovn.kubernetes.io/"
+		for key, want := range map[string]string{"default_route": "true", "ip_address": "10.16.0.20", "mac_address": "02:00:00:00:16:20", "logical_switch": "app-subnet"} {
+			if got := pod.Annotations[app+key]; got != want {
+				t.Errorf("launcher pod %s%s = %q, want %q", app, key, got, want)
+			}
+			if got, ok := pod.Annotations[mgmt+key]; ok {
+				t.Errorf("launcher pod %s%s = %q; the guide asks nothing of ovn-mgmt", mgmt, key, got)
 			}
 		}
 	},
