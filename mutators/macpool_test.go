@@ -26,30 +26,9 @@ import (
 // kvnet.io/networks) is no concern of the pool's.
 func TestMACPool(t *testing.T) {
 	kmp := func(name string, policy *admissionregv1.ReinvocationPolicyType) admissionregv1.MutatingWebhookConfiguration {
-		return admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Webhooks: []admissionregv1.MutatingWebhook{{
-			Name: peers.KubemacpoolVMWebhook, ReinvocationPolicy: policy,
-			Rules: []admissionregv1.RuleWithOperations{{
-				Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
-				Rule:       admissionregv1.Rule{APIGroups: []string{"kubevirt.io"}, APIVersions: []string{"v1"}, Resources: []string{"virtualmachines"}},
-			}},
-		}}}
+		return kubemacpoolConfig(name, policy, nil)
 	}
-	kvnet := admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kvnet"}, Webhooks: []admissionregv1.MutatingWebhook{{Name: peers.KvnetVMWebhook}}}
-	vm := `
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata:
-  name: web
-  annotations:
-    kvnet.io/networks: '[{"name":"a","nad":"br"},{"name":"b","nad":"vf","mac":"02:00:00:00:00:0b"}]'
-spec:
-  template:
-    spec:
-      domain:
-        devices:
-          interfaces: [{name: default, masquerade: {}}]
-      networks: [{name: default, pod: {}}]
-`
+	vm := macPoolVM("")
 	for name, c := range map[string]struct {
 		webhooks []admissionregv1.MutatingWebhookConfiguration
 		want     []chain.Change
@@ -88,6 +67,41 @@ spec:
 			}
 		})
 	}
+}
+
+// kvnet is kvnet's own configuration, holding its VM webhook.
+var kvnet = admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kvnet"}, Webhooks: []admissionregv1.MutatingWebhook{{Name: peers.KvnetVMWebhook}}}
+
+// kubemacpoolConfig is kubemacpool's configuration named name, its VM
+// webhook with the policies given (nil: the API server's defaults).
+func kubemacpoolConfig(name string, reinvocation *admissionregv1.ReinvocationPolicyType, failure *admissionregv1.FailurePolicyType) admissionregv1.MutatingWebhookConfiguration {
+	return admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Webhooks: []admissionregv1.MutatingWebhook{{
+		Name: peers.KubemacpoolVMWebhook, ReinvocationPolicy: reinvocation, FailurePolicy: failure,
+		Rules: []admissionregv1.RuleWithOperations{{
+			Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
+			Rule:       admissionregv1.Rule{APIGroups: []string{"kubevirt.io"}, APIVersions: []string{"v1"}, Resources: []string{"virtualmachines"}},
+		}},
+	}}}
+}
+
+// macPoolVM is a VM asking, in kvnet.io/networks, for network a without a
+// MAC and b with one; podMAC adds to its pod interface.
+func macPoolVM(podMAC string) string {
+	return `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: web
+  annotations:
+    kvnet.io/networks: '[{"name":"a","nad":"br"},{"name":"b","nad":"vf","mac":"02:00:00:00:00:0b"}]'
+spec:
+  template:
+    spec:
+      domain:
+        devices:
+          interfaces: [{name: default, masquerade: {}` + podMAC + `}]
+      networks: [{name: default, pod: {}}]
+`
 }
 
 func equalChanges(a, b []chain.Change) bool {
@@ -133,21 +147,7 @@ func kubemacpoolAnswer(t *testing.T, req *admissionv1.AdmissionRequest) *admissi
 // a refusal is the VM's; a failure refuses the VM under failurePolicy Fail
 // and leaves the interfaces MAC-less, said as missed, under Ignore.
 func TestMACPoolAsksKubemacpool(t *testing.T) {
-	vm := `
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata:
-  name: web
-  annotations:
-    kvnet.io/networks: '[{"name":"a","nad":"br"},{"name":"b","nad":"vf","mac":"02:00:00:00:00:0b"}]'
-spec:
-  template:
-    spec:
-      domain:
-        devices:
-          interfaces: [{name: default, masquerade: {}, macAddress: "02:da:00:00:00:aa"}]
-      networks: [{name: default, pod: {}}]
-`
+	vm := macPoolVM(`, macAddress: "02:da:00:00:00:aa"`)
 	ignore := admissionregv1.Ignore
 	bad := func(patch string) callerFunc {
 		return func(_ *admissionregv1.MutatingWebhook, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
@@ -229,16 +229,7 @@ spec:
 			_, req := vmRequest(t, vm, mustConfig(t, ""))
 			req.Review = &admissionv1.AdmissionRequest{UID: "review-1", Namespace: "default", Name: "web", Operation: admissionv1.Create}
 			facts := testFacts()
-			facts.Webhooks = []admissionregv1.MutatingWebhookConfiguration{
-				{ObjectMeta: metav1.ObjectMeta{Name: "kubemacpool-mutator"}, Webhooks: []admissionregv1.MutatingWebhook{{
-					Name: peers.KubemacpoolVMWebhook, FailurePolicy: c.policy,
-					Rules: []admissionregv1.RuleWithOperations{{
-						Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
-						Rule:       admissionregv1.Rule{APIGroups: []string{"kubevirt.io"}, APIVersions: []string{"v1"}, Resources: []string{"virtualmachines"}},
-					}},
-				}}},
-				{ObjectMeta: metav1.ObjectMeta{Name: "kvnet"}, Webhooks: []admissionregv1.MutatingWebhook{{Name: peers.KvnetVMWebhook}}},
-			}
+			facts.Webhooks = []admissionregv1.MutatingWebhookConfiguration{kubemacpoolConfig("kubemacpool-mutator", nil, c.policy), kvnet}
 			req.Facts = facts
 			var err error
 			for _, m := range []chain.VMMutator{mutators.NetworkInjector{}, mutators.Addresses{}, mutators.MACPool{Webhooks: c.caller(t)}} {

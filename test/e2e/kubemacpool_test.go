@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/model/peers"
@@ -596,25 +595,7 @@ func restoreURLs(t *testing.T, cur, before client.Object) {
 // askedOfPool reads kvnet_mac_pool_asks_total for kubemacpool and outcome.
 func askedOfPool(t *testing.T, outcome string) float64 {
 	t.Helper()
-	mfs, err := ctrlmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != macsAskedMetric {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if got["peer"] == peers.Kubemacpool && got["outcome"] == outcome {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return counterWith(t, macsAskedMetric, map[string]string{"peer": peers.Kubemacpool, "outcome": outcome})
 }
 
 // checkPoolCommitted checks that kubemacpool knows every MAC of every VM

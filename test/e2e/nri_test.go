@@ -199,6 +199,13 @@ func containerNames(pod *corev1.Pod) []string {
 // leftToPeer reads counter metric's series for peer.
 func leftToPeer(t *testing.T, metric, peer string) float64 {
 	t.Helper()
+	return counterWith(t, metric, map[string]string{"peer": peer})
+}
+
+// counterWith reads the first series of counter metric that has every
+// label of labels (0 when none has).
+func counterWith(t *testing.T, metric string, labels map[string]string) float64 {
+	t.Helper()
 	mfs, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -208,10 +215,14 @@ func leftToPeer(t *testing.T, metric, peer string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			matched := 0
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "peer" && l.GetValue() == peer {
-					return m.GetCounter().GetValue()
+				if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+					matched++
 				}
+			}
+			if matched == len(labels) {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}
