@@ -49,6 +49,13 @@ const maxClients = 16
 // Client calls peers' webhooks. Its connections are kept between calls. The
 // zero Client is ready to use and safe for concurrent use.
 type Client struct {
+	// MaxTimeout caps a call's wait below the webhook's own
+	// timeoutSeconds (0: no cap). The caller is a webhook with a timeout
+	// of its own: a peer that takes all of its time must leave kvnet
+	// enough to answer, or the API server fails kvnet instead, whatever
+	// the peer's failurePolicy says.
+	MaxTimeout time.Duration
+
 	mu      sync.Mutex
 	clients map[clientKey]*http.Client
 }
@@ -59,8 +66,8 @@ type clientKey struct {
 }
 
 // Call sends req to the webhook hook registers, waiting at most hook's
-// timeoutSeconds (DefaultTimeout without one) and never past ctx's
-// deadline. It returns the webhook's answer, its UID checked against
+// timeoutSeconds (DefaultTimeout without one), MaxTimeout, and never past
+// ctx's deadline. It returns the webhook's answer, its UID checked against
 // req's; an error says why there is none (the address, the connection,
 // the status, the body), naming the webhook.
 func (c *Client) Call(ctx context.Context, hook *admissionregv1.MutatingWebhook, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
@@ -76,11 +83,7 @@ func (c *Client) call(ctx context.Context, hook *admissionregv1.MutatingWebhook,
 	if err != nil {
 		return nil, err
 	}
-	timeout := DefaultTimeout
-	if hook.TimeoutSeconds != nil && *hook.TimeoutSeconds > 0 {
-		timeout = time.Duration(*hook.TimeoutSeconds) * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout(hook))
 	defer cancel()
 
 	body, err := json.Marshal(admissionv1.AdmissionReview{
@@ -128,6 +131,19 @@ func (c *Client) call(ctx context.Context, hook *admissionregv1.MutatingWebhook,
 		return nil, fmt.Errorf("it answered uid %q to request %q", review.Response.UID, req.UID)
 	}
 	return review.Response, nil
+}
+
+// Timeout is how long a call of hook waits: its timeoutSeconds
+// (DefaultTimeout without one), at most MaxTimeout.
+func (c *Client) Timeout(hook *admissionregv1.MutatingWebhook) time.Duration {
+	timeout := DefaultTimeout
+	if hook.TimeoutSeconds != nil && *hook.TimeoutSeconds > 0 {
+		timeout = time.Duration(*hook.TimeoutSeconds) * time.Second
+	}
+	if c.MaxTimeout > 0 {
+		timeout = min(timeout, c.MaxTimeout)
+	}
+	return timeout
 }
 
 // reviewType is an AdmissionReview's TypeMeta, as the API server sends it

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
@@ -119,6 +120,27 @@ func TestCallFailures(t *testing.T) {
 				t.Fatalf("Call = %+v, %v; want an error naming %s and %q", resp, err, hook.Name, c.want)
 			}
 		})
+	}
+}
+
+// A call waits the webhook's timeoutSeconds, the API server's default
+// without one, and never more than the client's cap.
+func TestTimeout(t *testing.T) {
+	for _, c := range []struct {
+		seconds *int32
+		cap     time.Duration
+		want    time.Duration
+	}{
+		{nil, 0, peerwebhook.DefaultTimeout},
+		{ptr.To[int32](3), 0, 3 * time.Second},
+		{ptr.To[int32](30), 5 * time.Second, 5 * time.Second},
+		{nil, 5 * time.Second, 5 * time.Second},
+		{ptr.To[int32](2), 5 * time.Second, 2 * time.Second},
+	} {
+		cl := peerwebhook.Client{MaxTimeout: c.cap}
+		if got := cl.Timeout(&admissionregv1.MutatingWebhook{TimeoutSeconds: c.seconds}); got != c.want {
+			t.Errorf("timeoutSeconds %v, cap %v: %v, want %v", ptr.Deref(c.seconds, -1), c.cap, got, c.want)
+		}
 	}
 }
 

@@ -124,7 +124,11 @@ func NewManager(ctx context.Context, restCfg *rest.Config, o ServeOptions, cfg *
 	}
 	// What `kvnet webhook` runs besides the VM and VMI webhooks, in order.
 	// Each capability gets only what it uses and hands in its steps.
-	caps := Capabilities{PeerWebhooks: &peerwebhook.Client{}}
+	// A peer's webhook kvnet calls (kubemacpool, where the API server
+	// calls it before kvnet and not again) gets at most half of kvnet's
+	// own default timeout (10 s), so that kvnet still answers when the
+	// peer does not.
+	caps := Capabilities{PeerWebhooks: &peerwebhook.Client{MaxTimeout: 5 * time.Second}}
 	if err := SetUpCerts(ctx, mgr, o.Certs, &o); err != nil {
 		return nil, err
 	}
