@@ -120,7 +120,8 @@ func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
 		}
 		return nil
 	}
-	if m.Webhooks != nil && pool.Hook != nil && req.Kind == chain.KindVM && req.Review != nil {
+	asked := m.Webhooks != nil && pool.Hook != nil && req.Kind == chain.KindVM && req.Review != nil
+	if asked {
 		if bare, err = m.ask(ctx, req, pool, added, bare); err != nil {
 			return err
 		}
@@ -131,7 +132,11 @@ func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
 	macsMissed.WithLabelValues(peers.Kubemacpool).Add(float64(len(bare)))
 	logf.FromContext(ctx).Info("kubemacpool does not see the interfaces kvnet added: they get no MAC from its pool",
 		"namespace", req.Namespace, "name", req.Name, "webhook", pool.Webhook, "networks", bare)
-	req.Warn("interfaces %v get no MAC from kubemacpool: its webhook %s runs before kvnet's and is not called again; set its reinvocationPolicy to IfNeeded (docs/peers.md, kubemacpool)", bare, pool.Webhook)
+	why := "its webhook %s runs before kvnet's and is not called again"
+	if asked {
+		why += ", and kvnet could not call it (its log says why)"
+	}
+	req.Warn("interfaces %v get no MAC from kubemacpool: "+why+"; set its reinvocationPolicy to IfNeeded (docs/peers.md, kubemacpool)", bare, pool.Webhook)
 	req.RecordMissedBy(m.Name(), peers.Kubemacpool, bare...)
 	return nil
 }

@@ -273,6 +273,9 @@ func TestMACPoolAsksKubemacpool(t *testing.T) {
 			if warned := strings.Contains(strings.Join(req.Warnings, "\n"), "get no MAC from kubemacpool"); warned != c.warned {
 				t.Errorf("warned = %v (%q), want %v", warned, req.Warnings, c.warned)
 			}
+			if c.warned && !strings.Contains(strings.Join(req.Warnings, "\n"), "kvnet could not call it") {
+				t.Errorf("warnings %q do not say kvnet could not call kubemacpool", req.Warnings)
+			}
 		})
 	}
 }
