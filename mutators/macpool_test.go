@@ -52,19 +52,7 @@ func TestMACPool(t *testing.T) {
 					t.Fatalf("%s: %v", m.Name(), err)
 				}
 			}
-			var got []chain.Change
-			for _, ch := range req.Changes {
-				if ch.Mutator == "mac-pool" {
-					got = append(got, ch)
-				}
-			}
-			if !equalChanges(got, c.want) {
-				t.Errorf("mac-pool changes = %+v, want %+v", got, c.want)
-			}
-			warned := strings.Contains(strings.Join(req.Warnings, "\n"), "get no MAC from kubemacpool")
-			if warned != c.warned {
-				t.Errorf("warned = %v (%q), want %v", warned, req.Warnings, c.warned)
-			}
+			checkMACPoolRecord(t, req, c.want, c.warned)
 		})
 	}
 }
@@ -102,6 +90,24 @@ spec:
           interfaces: [{name: default, masquerade: {}` + podMAC + `}]
       networks: [{name: default, pod: {}}]
 `
+}
+
+// checkMACPoolRecord checks the request's mac-pool changes against want,
+// and that it warned of MAC-less interfaces exactly when warned.
+func checkMACPoolRecord(t *testing.T, req *chain.Request, want []chain.Change, warned bool) {
+	t.Helper()
+	var got []chain.Change
+	for _, ch := range req.Changes {
+		if ch.Mutator == "mac-pool" {
+			got = append(got, ch)
+		}
+	}
+	if !equalChanges(got, want) {
+		t.Errorf("mac-pool changes = %+v, want %+v", got, want)
+	}
+	if w := strings.Contains(strings.Join(req.Warnings, "\n"), "get no MAC from kubemacpool"); w != warned {
+		t.Errorf("warned = %v (%q), want %v", w, req.Warnings, warned)
+	}
 }
 
 func equalChanges(a, b []chain.Change) bool {
@@ -261,18 +267,7 @@ func TestMACPoolAsksKubemacpool(t *testing.T) {
 			if asked := len(c.want) > 0 && c.want[0].AskedOf != ""; asked != (stamp != "") {
 				t.Errorf("%s = %q; want it carried exactly when kubemacpool answered", mutators.TransactionTimestampAnnotation, stamp)
 			}
-			var got []chain.Change
-			for _, ch := range req.Changes {
-				if ch.Mutator == "mac-pool" {
-					got = append(got, ch)
-				}
-			}
-			if !equalChanges(got, c.want) {
-				t.Errorf("mac-pool changes = %+v, want %+v", got, c.want)
-			}
-			if warned := strings.Contains(strings.Join(req.Warnings, "\n"), "get no MAC from kubemacpool"); warned != c.warned {
-				t.Errorf("warned = %v (%q), want %v", warned, req.Warnings, c.warned)
-			}
+			checkMACPoolRecord(t, req, c.want, c.warned)
 			if c.warned && !strings.Contains(strings.Join(req.Warnings, "\n"), "kvnet could not call it") {
 				t.Errorf("warnings %q do not say kvnet could not call kubemacpool", req.Warnings)
 			}
