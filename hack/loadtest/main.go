@@ -32,6 +32,7 @@ type loadtestOptions struct {
 	bodies  []string
 	conns   []int
 	dur     time.Duration
+	turn    time.Duration
 	rounds  int
 	url     string
 	ca      string
@@ -90,6 +91,7 @@ bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
 	fs.StringSliceVar(&o.bodies, "bodies", nil, "bodies to send (default all): launcher-pod, vm, vm-validate, vmi, vmi-validate, migration-status, virt-handler-pod")
 	fs.IntSliceVarP(&o.conns, "connections", "c", []int{1, 8, 64}, "keep-alive connections per run")
 	fs.DurationVarP(&o.dur, "duration", "d", 8*time.Second, "length of each run")
+	fs.DurationVar(&o.turn, "turn", 500*time.Millisecond, "length of each target's turn within a run: the targets take turns, floor and kvnet, then kvnet and floor, until each has run for --duration")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; every round runs every body and connection count on every target")
 	fs.StringVar(&o.url, "url", "", "base URL of a running kvnet webhook (default: start the floor and kvnet on loopback)")
 	fs.StringVar(&o.ca, "ca", "", "CA bundle that verifies --url")
@@ -169,13 +171,13 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 	for round := 1; round <= o.rounds; round++ {
 		for _, c := range o.conns {
 			for _, b := range bodies {
-				for _, t := range targets {
-					r, err := client.Run(ctx, t, b, t.Name == "kvnet", c, o.dur)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(os.Stderr, "round %d: %-12s %-5s C=%-3d %8.0f req/s p99 %s\n", round, b.Name, t.Name, c, r.ReqPerSec(), r.Percentile(0.99).Round(10*time.Microsecond))
-					results[key{b.Name, t.Name, c}] = append(results[key{b.Name, t.Name, c}], r)
+				rs, err := turns(ctx, client, targets, b, c, o.dur, o.turn)
+				if err != nil {
+					return err
+				}
+				for _, r := range rs {
+					fmt.Fprintf(os.Stderr, "round %d: %-12s %-5s C=%-3d %8.0f req/s p99 %s\n", round, b.Name, r.Target, c, r.ReqPerSec(), r.Percentile(0.99).Round(10*time.Microsecond))
+					results[key{b.Name, r.Target, c}] = append(results[key{b.Name, r.Target, c}], r)
 				}
 			}
 		}
@@ -284,6 +286,44 @@ func startServer(ctx context.Context, mode, certDir, profileDir string) (loadtes
 		}
 	}
 	return loadtest.Target{Name: mode, URL: fmt.Sprintf("https://127.0.0.1:%d", port), PID: cmd.Process.Pid}, stop, nil
+}
+
+// turns runs body b on every target with c connections, each for d in
+// turns of about turn: the first turn in the targets' order, the next in
+// the reverse, and so on (floor, kvnet, kvnet, floor, floor, ...), so
+// neither always runs first and what the machine does over d (another
+// tenant, a frequency step, the load tool's own collector) falls on both
+// alike. Each target's turns are pooled into one Result.
+func turns(ctx context.Context, client *loadtest.Client, targets []loadtest.Target, b loadtest.Body, c int, d, turn time.Duration) ([]*loadtest.Result, error) {
+	sessions := make([]*loadtest.Session, len(targets))
+	for i, t := range targets {
+		s, err := client.NewSession(t, b, t.Name == "kvnet", c)
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		sessions[i] = s
+	}
+	n := max(1, int((d+turn/2)/turn))
+	each := make([][]*loadtest.Result, len(targets))
+	for k := range n {
+		for j := range targets {
+			i := j
+			if k%2 == 1 {
+				i = len(targets) - 1 - j
+			}
+			r, err := sessions[i].Run(ctx, d/time.Duration(n))
+			if err != nil {
+				return nil, err
+			}
+			each[i] = append(each[i], r)
+		}
+	}
+	rs := make([]*loadtest.Result, len(targets))
+	for i := range targets {
+		rs[i] = merge(each[i])
+	}
+	return rs, nil
 }
 
 // serveProfiled serves o.serve, profiled when o.profileDir is set.

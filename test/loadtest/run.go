@@ -84,12 +84,37 @@ func NewClient(caPEM []byte) (*Client, error) {
 // answer (see verifier): allowed, the request's uid, and a patch that
 // Check accepts. expectPatch false means the answer must carry none.
 func (c *Client) Run(ctx context.Context, t Target, b Body, expectPatch bool, conns int, d time.Duration) (*Result, error) {
-	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: c.roots, ServerName: c.ServerName, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
-		MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, ForceAttemptHTTP2: false,
+	s, err := c.NewSession(t, b, expectPatch, conns)
+	if err != nil {
+		return nil, err
 	}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	defer s.Close()
+	return s.Run(ctx, d)
+}
+
+// Session is one body sent to one target over conns keep-alive
+// connections, in runs that may alternate with another target's: its
+// connections, its verified answer and its uids outlast each run, so two
+// targets can take turns every few hundred milliseconds without a TLS
+// handshake or a first full check in each turn. On a shared machine whose
+// speed moves by a tenth within seconds, short turns let both targets
+// sample the same moments.
+type Session struct {
+	t       Target
+	b       Body
+	conns   int
+	tr      *http.Transport
+	hc      *http.Client
+	uid     string
+	at      int
+	v       *verifier
+	reviews [][]byte // each connection's copy of the review
+	sent    []int    // requests each connection has sent, for its uids
+}
+
+// NewSession prepares body b for t over conns connections; see Run for
+// what expectPatch means.
+func (c *Client) NewSession(t Target, b Body, expectPatch bool, conns int) (*Session, error) {
 	uid, at, err := requestUID(b.Review)
 	if err != nil {
 		return nil, err
@@ -102,35 +127,56 @@ func (c *Client) Run(ctx context.Context, t Target, b Body, expectPatch bool, co
 	if err := json.Unmarshal(b.Review, &obj); err != nil {
 		return nil, err
 	}
-	v := &verifier{body: b, obj: obj.Request.Object, expectPatch: expectPatch}
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: c.roots, ServerName: c.ServerName, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
+		MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, ForceAttemptHTTP2: false,
+	}
+	s := &Session{
+		t: t, b: b, conns: conns, tr: tr, uid: uid, at: at,
+		hc:      &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		v:       &verifier{body: b, obj: obj.Request.Object, expectPatch: expectPatch},
+		reviews: make([][]byte, conns),
+		sent:    make([]int, conns),
+	}
+	for w := range s.reviews {
+		s.reviews[w] = bytes.Clone(b.Review)
+	}
+	return s, nil
+}
 
-	cpu0, _ := procCPU(t.PID)
+// Close closes the session's connections.
+func (s *Session) Close() { s.tr.CloseIdleConnections() }
+
+// Run sends for d: each connection sends requests until d has passed and
+// then finishes the one it has in flight, which counts. No request is cut
+// short, so none of the target's work spills into what runs after, and
+// the run's time lasts until its last answer.
+func (s *Session) Run(ctx context.Context, d time.Duration) (*Result, error) {
+	cpu0, _ := procCPU(s.t.PID)
 	client0 := benchmark.CPUTime()
 	var mu sync.Mutex
 	var firstErr error
 	var lats []time.Duration
-	runCtx, cancel := context.WithTimeout(ctx, d)
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
+	deadline := start.Add(d)
 	var wg sync.WaitGroup
-	for w := 0; w < conns; w++ {
+	for w := 0; w < s.conns; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			review := bytes.Clone(b.Review)
+			review := s.reviews[w]
 			var mine []time.Duration
-			for n := 0; runCtx.Err() == nil; n++ {
-				id := fmt.Sprintf("%08x-0000-4000-8000-%012x", w, n)[:len(uid)]
-				copy(review[at:], id)
+			for runCtx.Err() == nil && time.Now().Before(deadline) {
+				id := fmt.Sprintf("%08x-0000-4000-8000-%012x", w, s.sent[w])[:len(s.uid)]
+				s.sent[w]++
+				copy(review[s.at:], id)
 				t0 := time.Now()
-				err := c.once(runCtx, hc, t.URL+b.Path, review, id, v)
-				if runCtx.Err() != nil {
-					break // the run ended during this request; it does not count
-				}
-				if err != nil {
+				if err := s.once(runCtx, review, id); err != nil {
 					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("%s %s: %w", t.Name, b.Name, err)
+					if firstErr == nil && runCtx.Err() == nil {
+						firstErr = fmt.Errorf("%s %s: %w", s.t.Name, s.b.Name, err)
 					}
 					mu.Unlock()
 					cancel()
@@ -148,26 +194,29 @@ func (c *Client) Run(ctx context.Context, t Target, b Body, expectPatch bool, co
 	if firstErr != nil {
 		return nil, firstErr
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	slices.Sort(lats)
-	r := &Result{Body: b.Name, Target: t.Name, Conns: conns, Requests: len(lats), Elapsed: elapsed, Latencies: lats, ClientCPU: benchmark.CPUTime() - client0}
-	if t.PID > 0 {
-		cpu1, err := procCPU(t.PID)
+	r := &Result{Body: s.b.Name, Target: s.t.Name, Conns: s.conns, Requests: len(lats), Elapsed: elapsed, Latencies: lats, ClientCPU: benchmark.CPUTime() - client0}
+	if s.t.PID > 0 {
+		cpu1, err := procCPU(s.t.PID)
 		if err != nil {
 			return nil, err
 		}
 		r.CPU = cpu1 - cpu0
-		r.RSS, r.HWM, _ = ProcRSS(t.PID)
+		r.RSS, r.HWM, _ = ProcRSS(s.t.PID)
 	}
 	return r, nil
 }
 
-func (c *Client) once(ctx context.Context, hc *http.Client, url string, review []byte, uid string, v *verifier) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(review))
+func (s *Session) once(ctx context.Context, review []byte, uid string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.t.URL+s.b.Path, bytes.NewReader(review))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
+	resp, err := s.hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -179,7 +228,7 @@ func (c *Client) once(ctx context.Context, hc *http.Client, url string, review [
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, data)
 	}
-	return v.check(data, uid)
+	return s.v.check(data, uid)
 }
 
 // readAnswer reads the body in one read when its length is stated, as

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -133,5 +135,54 @@ func TestVerifierHoldsLaterAnswersToTheFirst(t *testing.T) {
 	}
 	if err := (&verifier{body: b, obj: obj.Request.Object, expectPatch: true}).check(floorAnswer, id3); err == nil {
 		t.Fatal("the floor's answer passed the full check of kvnet's")
+	}
+}
+
+// A session's runs finish the requests they have in flight and count
+// them: every request the server answered is in a result, so none of one
+// target's work spills into the other's turn, and the connections outlast
+// each run (one TLS handshake per connection over all of them).
+func TestSessionRunsCountEveryAnsweredRequest(t *testing.T) {
+	_, bodies := fixture(t)
+	var answered, handshakes atomic.Int64
+	floor := FloorMux()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond) // a request is in flight when a run's time ends
+		floor.ServeHTTP(w, r)
+		answered.Add(1)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			handshakes.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	c, err := NewClient(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ServerName = "example.com"
+	s, err := c.NewSession(Target{Name: "floor", URL: srv.URL}, bodies[0], false, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	total := 0
+	for range 3 {
+		r, err := s.Run(context.Background(), 30*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += r.Requests
+		if got := int(answered.Load()); got != total {
+			t.Fatalf("the server answered %d requests, the runs counted %d", got, total)
+		}
+	}
+	if total == 0 {
+		t.Fatal("no request answered")
+	}
+	if n := handshakes.Load(); n > 4 {
+		t.Fatalf("%d connections for a session of 4", n)
 	}
 }
