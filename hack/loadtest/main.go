@@ -99,7 +99,7 @@ bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
 	fs.StringVar(&o.serve, "serve", "", "internal: serve floor or kvnet instead of sending load")
 	fs.IntVar(&o.port, "port", 0, "internal: port for --serve")
 	fs.StringVar(&o.certDir, "cert-dir", "", "internal: certificates for --serve")
-	fs.StringVar(&o.profileDir, "profile-dir", "", "write each server's CPU profile of the run and its heap profile at the end into this directory")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "write each server's CPU profile of the run and its heap profile at the end, and the load tool's own CPU profile, into this directory")
 	_ = fs.MarkHidden("serve")
 	_ = fs.MarkHidden("port")
 	_ = fs.MarkHidden("cert-dir")
@@ -157,6 +157,19 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 	client, err := loadtest.NewClient(caPEM)
 	if err != nil {
 		return err
+	}
+	if o.profileDir != "" {
+		// The load tool's own profile: at one connection what it spends
+		// reading an answer is on every request's path.
+		f, err := os.Create(filepath.Join(o.profileDir, "loadtest.cpu.pprof"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	for _, t := range targets {
 		if err := client.WaitReady(ctx, t.URL, 30*time.Second); err != nil {

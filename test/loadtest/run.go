@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,7 +165,7 @@ func (s *Session) Run(ctx context.Context, d time.Duration) (*Result, error) {
 	var wg sync.WaitGroup
 	for w := 0; w < s.conns; w++ {
 		wg.Add(1)
-		go func(w int) {
+		go pprof.Do(runCtx, pprof.Labels("target", s.t.Name), func(runCtx context.Context) {
 			defer wg.Done()
 			review := s.reviews[w]
 			var mine []time.Duration
@@ -187,7 +188,7 @@ func (s *Session) Run(ctx context.Context, d time.Duration) (*Result, error) {
 			mu.Lock()
 			lats = append(lats, mine...)
 			mu.Unlock()
-		}(w)
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
