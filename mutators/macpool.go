@@ -91,6 +91,13 @@ func (MACPool) Name() string { return "mac-pool" }
 
 // Mutate implements chain.VMMutator.
 func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
+	if !m.addedAny(req) {
+		return nil // the common path: nothing added, no lookup
+	}
+	pool, err := req.Facts.MACPool(ctx, req.Namespace)
+	if err != nil || pool.Webhook == "" {
+		return err // no pool: the lists below are not built
+	}
 	var added, bare []string
 	for _, c := range req.Changes {
 		if c.Mutator != (NetworkInjector{}).Name() {
@@ -103,13 +110,6 @@ func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
 				}
 			}
 		}
-	}
-	if len(added) == 0 {
-		return nil // the common path: nothing added, no lookup
-	}
-	pool, err := req.Facts.MACPool(ctx, req.Namespace)
-	if err != nil || pool.Webhook == "" {
-		return err
 	}
 	if pool.SeesKvnetInterfaces() {
 		if len(bare) > 0 {
@@ -139,6 +139,21 @@ func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
 	req.Warn("interfaces %v get no MAC from kubemacpool: "+why+"; set its reinvocationPolicy to IfNeeded (docs/peers.md, kubemacpool)", bare, pool.Webhook)
 	req.RecordMissedBy(m.Name(), peers.Kubemacpool, bare...)
 	return nil
+}
+
+// addedAny reports whether the network injector added an interface.
+func (MACPool) addedAny(req *chain.Request) bool {
+	for _, c := range req.Changes {
+		if c.Mutator != (NetworkInjector{}).Name() {
+			continue
+		}
+		for _, n := range c.Networks {
+			if _, iface := req.Interface(n); iface != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ask calls the pool's webhook with the VM as kvnet leaves it, so that the

@@ -129,12 +129,29 @@ func listRegion[T any](n *patch.Nested, raw []byte, shape *vmShape, r chain.Regi
 	if !whole || len(after) == 0 {
 		return listOps(n, raw, r.Pointer, before, after, name)
 	}
-	var ops patch.Nested
-	if err := listOps(&ops, raw, r.Pointer, before, after, name); err != nil || len(ops.Ops) == 0 {
+	if changed, err := listChanged(r.Pointer, before, after, name); err != nil || !changed {
 		return err
 	}
 	n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "replace", Path: r.Pointer, Value: &after})
 	return nil
+}
+
+// listChanged reports whether after differs from before, refusing what
+// listOps refuses (a kept element moved), without building the operations
+// listOps would: a list read whole is replaced whole, so only whether it
+// changed matters.
+func listChanged[T any](pointer string, before, after []T, name func(*T) string) (bool, error) {
+	changed := len(after) != len(before)
+	kept := 0 // after[:kept] are before's elements, in order
+	for i := range before {
+		if kept < len(after) && name(&after[kept]) == name(&before[i]) {
+			changed = changed || !reflect.DeepEqual(before[i], after[kept])
+			kept++
+			continue
+		}
+		changed = true
+	}
+	return changed, unmoved(pointer, before, after, kept, name)
 }
 
 // listOps: the mutators append networks and interfaces, and may complete
@@ -169,12 +186,8 @@ func listOps[T any](n *patch.Nested, raw []byte, pointer string, before, after [
 		}
 		removed = append(removed, i)
 	}
-	for j := kept; j < len(after); j++ {
-		for i := range before {
-			if name(&after[j]) == name(&before[i]) {
-				return fmt.Errorf("%s: %q moved from index %d to %d; the mutators append, complete or remove elements, never reorder them", pointer, name(&after[j]), i, j)
-			}
-		}
+	if err := unmoved(pointer, before, after, kept, name); err != nil {
+		return err
 	}
 	for _, i := range slices.Backward(removed) {
 		n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "remove", Path: pointer + "/" + strconv.Itoa(i)})
@@ -184,6 +197,19 @@ func listOps[T any](n *patch.Nested, raw []byte, pointer string, before, after [
 	end := pointer + "/-"
 	for j := kept; j < len(after); j++ {
 		n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "add", Path: end, Value: &after[j]})
+	}
+	return nil
+}
+
+// unmoved refuses a list whose elements after after[:kept] (the kept
+// ones, in before's order) include one of before's: a kept element moved.
+func unmoved[T any](pointer string, before, after []T, kept int, name func(*T) string) error {
+	for j := kept; j < len(after); j++ {
+		for i := range before {
+			if name(&after[j]) == name(&before[i]) {
+				return fmt.Errorf("%s: %q moved from index %d to %d; the mutators append, complete or remove elements, never reorder them", pointer, name(&after[j]), i, j)
+			}
+		}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
@@ -152,6 +153,20 @@ func TestVMPatchRefusesReordering(t *testing.T) {
 	resp := h.Handle(context.Background(), review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil))
 	if resp.Allowed || code(resp) != 500 || !strings.Contains(resp.Result.Message, "/spec/template/spec/networks") {
 		t.Fatalf("allowed=%v code=%d %v; want a 500 naming the networks", resp.Allowed, code(resp), resp.Result)
+	}
+	// Through the Edge the lists are scanned whole and would be replaced
+	// whole: the reordering is refused all the same.
+	req := review(chain.KindVM, admissionv1.Create, "", []byte(vm), nil)
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &req.AdmissionRequest,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := post(t, webhook.Webhook(h), "application/json", body).Response
+	if out.Allowed || out.Result == nil || out.Result.Code != 500 || !strings.Contains(out.Result.Message, "/spec/template/spec/networks") {
+		t.Fatalf("through the Edge: allowed=%v %v; want a 500 naming the networks", out.Allowed, out.Result)
 	}
 }
 
