@@ -40,10 +40,11 @@ func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
 		if req.CarriesDefaultRoute(net.Name) {
 			changed = setAnnotation(req, provider+kubeovn.DefaultRoute, "true") || changed
 		}
+		liveMigration := provider + kubeovn.AllowLiveMigration
 		if req.Config.KubeOVN.LegacyLiveMigration {
-			changed = setAnnotation(req, provider+kubeovn.AllowLiveMigration, "true") || changed
+			changed = setAnnotation(req, liveMigration, "true") || changed
 		}
-		if _, ok := req.TemplateMeta.Annotations[provider+kubeovn.AllowLiveMigration]; ok {
+		if _, ok := req.TemplateMeta.Annotations[liveMigration]; ok {
 			legacy = append(legacy, net.Name)
 		}
 		if changed {

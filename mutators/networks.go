@@ -58,8 +58,9 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config
 			return false, nil
 		}
 	}
+	nad := n.NAD.String()
 	iface := kubevirtv1.Interface{Name: n.Name}
-	if err := setBinding(ctx, req, &iface, n.Binding, n.NAD.String()); err != nil {
+	if err := setBinding(ctx, req, &iface, n.Binding, nad); err != nil {
 		return false, err
 	}
 	if err := keepPodNetwork(ctx, req, more); err != nil {
@@ -67,7 +68,7 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config
 	}
 	req.Spec.Networks = append(slices.Grow(req.Spec.Networks, more), kubevirtv1.Network{
 		Name:          n.Name,
-		NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n.NAD.String()}},
+		NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: nad}},
 	})
 	if i, _ := req.Interface(n.Name); i < 0 {
 		req.Spec.Domain.Devices.Interfaces = append(slices.Grow(req.Spec.Domain.Devices.Interfaces, more), iface)

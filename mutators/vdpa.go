@@ -78,7 +78,17 @@ func (m VDPA) Mutate(ctx context.Context, req *chain.Request) error {
 // lockMemory sets memLock: Required unless the user chose a value.
 func lockMemory(spec *kubevirtv1.VirtualMachineInstanceSpec) bool {
 	if spec.Domain.Memory == nil {
-		spec.Domain.Memory = &kubevirtv1.Memory{}
+		// The common case, a VM saying nothing of its memory's overhead:
+		// the three parts in one allocation.
+		m := &struct {
+			memory   kubevirtv1.Memory
+			overhead kubevirtv1.ReservedOverhead
+			lock     kubevirtv1.MemLockRequirement
+		}{lock: kubevirtv1.MemLockRequired}
+		m.overhead.MemLock = &m.lock
+		m.memory.ReservedOverhead = &m.overhead
+		spec.Domain.Memory = &m.memory
+		return true
 	}
 	if spec.Domain.Memory.ReservedOverhead == nil {
 		spec.Domain.Memory.ReservedOverhead = &kubevirtv1.ReservedOverhead{}

@@ -132,7 +132,7 @@ func listRegion[T any](n *patch.Nested, raw []byte, shape *vmShape, r chain.Regi
 	if changed, err := listChanged(r.Pointer, before, after, name); err != nil || !changed {
 		return err
 	}
-	n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "replace", Path: r.Pointer, Value: &after})
+	n.Ops = append(n.Ops, jsonpatch.Operation{Operation: "replace", Path: r.Pointer, Value: r.Field}) // the request's list: &after would escape
 	return nil
 }
 

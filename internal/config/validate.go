@@ -93,7 +93,7 @@ func ValidateNetwork(n Network, p *field.Path) field.ErrorList {
 	} else if err := n.NAD.Err(); err != nil {
 		errs = append(errs, field.Invalid(p.Child("nad"), n.NAD.String(), err.Error()))
 	}
-	if n.Binding != "" {
+	if n.Binding != "" && !dnsname.Label(n.Binding) { // the path only for an error: this runs on every kvnet.io/networks
 		errs = append(errs, validateBindingName(n.Binding, p.Child("binding"))...)
 	}
 	errs = append(errs, n.Request.Validate(p)...)
