@@ -14,6 +14,11 @@ import (
 // "<= v1.12"). A string that is not UTF-8, which encoding/json repairs its
 // own way, is left to it.
 func AppendString(b []byte, s string) ([]byte, error) {
+	if plain(s) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"'), nil
+	}
 	if !utf8.ValidString(s) {
 		q, err := json.Marshal(s)
 		return append(b, q...), err
@@ -39,6 +44,30 @@ func AppendString(b []byte, s string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// plain reports whether every byte of s is printable ASCII that
+// encoding/json writes as itself (not '"', '\\', '<', '>' or '&'), as
+// nearly every string of an answer is: names, paths, MACs, the record's
+// words. One pass over a table, where the general path validates UTF-8,
+// quotes through jsontext and scans again for what HTML needs escaped.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !plainByte[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+var plainByte = func() (t [256]bool) {
+	for c := ' '; c <= '~'; c++ {
+		t[c] = true
+	}
+	for _, c := range `"\<>&` {
+		t[c] = false
+	}
+	return t
+}()
 
 // mayNeedEscape reports whether s may hold what encoding/json escapes
 // beyond JSON's minimum: <, >, &, or a character whose UTF-8 starts with
