@@ -26,23 +26,35 @@ func (m NetworkInjector) Mutate(ctx context.Context, req *chain.Request) error {
 	if err != nil || len(wanted) == 0 {
 		return err
 	}
+	// What each added network needs on the heap, made once for all of
+	// them: its Multus source, and its name in the record (each entry's
+	// list capped at its one name, so a later append to it copies).
+	parts := make([]addedParts, len(wanted))
 	for i, w := range wanted {
-		added, err := m.ensure(ctx, req, w.Network, len(wanted)-i)
+		p := &parts[i]
+		added, err := m.ensure(ctx, req, w.Network, len(wanted)-i, &p.multus)
 		if err != nil {
 			return err
 		}
 		if added {
-			req.Record(m.Name(), w.Rule, w.Network.Name)
+			p.name[0] = w.Network.Name
+			req.Record(m.Name(), w.Rule, p.name[:]...)
 		}
 	}
 	return nil
+}
+
+// addedParts are one added network's parts that live on the heap.
+type addedParts struct {
+	multus kubevirtv1.MultusNetwork
+	name   [1]string
 }
 
 // ensure adds one network and its interface unless the VM has it already.
 // more is how many wanted networks are left, this one included: the first
 // append makes room for all of them, since an Interface is large and
 // growing the lists one append at a time would copy them at every doubling.
-func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config.Network, more int) (added bool, err error) {
+func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config.Network, more int, multus *kubevirtv1.MultusNetwork) (added bool, err error) {
 	ref := n.NAD.In(req.Namespace)
 	if i, existing := req.Network(n.Name); i >= 0 {
 		if n.DefaultRoute && existing.Multus != nil && sameNAD(req, existing.Multus.NetworkName, ref) {
@@ -59,6 +71,7 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config
 		}
 	}
 	nad := n.NAD.String()
+	*multus = kubevirtv1.MultusNetwork{NetworkName: nad}
 	iface := kubevirtv1.Interface{Name: n.Name}
 	if err := setBinding(ctx, req, &iface, n.Binding, nad); err != nil {
 		return false, err
@@ -68,7 +81,7 @@ func (NetworkInjector) ensure(ctx context.Context, req *chain.Request, n *config
 	}
 	req.Spec.Networks = append(slices.Grow(req.Spec.Networks, more), kubevirtv1.Network{
 		Name:          n.Name,
-		NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: nad}},
+		NetworkSource: kubevirtv1.NetworkSource{Multus: multus},
 	})
 	if i, _ := req.Interface(n.Name); i < 0 {
 		req.Spec.Domain.Devices.Interfaces = append(slices.Grow(req.Spec.Domain.Devices.Interfaces, more), iface)
