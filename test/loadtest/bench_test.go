@@ -157,11 +157,11 @@ func TestMigrationStatusPatchIsTwoAdds(t *testing.T) {
 
 // allocBounds are the allocations per request of the VM and VMI webhooks,
 // in process and with the request's own building, as the work on their
-// cost left them (vm 138, vmi 139, vm-podnet 155, vm-validate 215,
-// vmi-validate 208; issue 50), with a tenth of room for what a sync.Pool
+// cost left them (vm 102, vmi 107, vm-podnet 108, vm-validate 184,
+// vmi-validate 178; issue 50), with a tenth of room for what a sync.Pool
 // emptied by a collection costs. A change that allocates more per request
 // fails here, not in a timing.
-var allocBounds = map[string]float64{"vm": 150, "vmi": 151, "vm-podnet": 165, "vm-validate": 225, "vmi-validate": 217}
+var allocBounds = map[string]float64{"vm": 112, "vmi": 118, "vm-podnet": 119, "vm-validate": 202, "vmi-validate": 196}
 
 func TestVMPathAllocationsStayBounded(t *testing.T) {
 	f, bodies := fixture(t)
