@@ -318,3 +318,31 @@ func TestKubeVirtListsScanned(t *testing.T) {
 		}
 	}
 }
+
+// The strings of a view are its own: a later review, read in place into
+// the same reused body buffer and scanned by the same pooled scanner, must
+// not change those of an earlier one still in use (keepText copies them
+// into blocks that release drops rather than reuses).
+func TestViewStringsOutliveTheNextReview(t *testing.T) {
+	vm := func(name, label string) []byte {
+		return []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-` + name + `","operation":"CREATE",` +
+			`"kind":{"group":"kubevirt.io","version":"v1","kind":"VirtualMachine"},"namespace":"tenant-a","name":"` + name + `",` +
+			`"object":{"metadata":{"name":"` + name + `","namespace":"tenant-a","labels":{"app":"` + label + `"}},"spec":{"template":{"spec":{"networks":[{"name":"` + label + `","pod":{}}]}}}}}}`)
+	}
+	body := vm("first-vm", "first-label")
+	first := new(vmView)
+	rv, err := decodeReview(body, first)
+	if err != nil || !rv.Request.Object.decoded {
+		t.Fatalf("decoded %v: %v", rv != nil && rv.Request.Object.decoded, err)
+	}
+	copy(body, vm("other-vm", "other-label")) // the body buffer reused for the next request
+	for range 3 {
+		if _, err := decodeReview(vm("third-vm", "third-label"), new(vmView)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := first.Metadata
+	if m.Name != "first-vm" || m.Labels["app"] != "first-label" || first.Spec.Template.Spec.Networks[0].Name != "first-label" {
+		t.Fatalf("the first view now holds name %q, label %q, network %q", m.Name, m.Labels["app"], first.Spec.Template.Spec.Networks[0].Name)
+	}
+}

@@ -186,3 +186,38 @@ func TestHandEncodedTypesHaveTheFieldsWritten(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAppendOpsAgree holds appendOps to encoding/json on any text in any
+// string member of the values it writes by hand.
+func FuzzAppendOpsAgree(f *testing.F) {
+	f.Add("default", "tenant-a/ovn", "02:00:00:00:00:01", "virtio", "<db>&", uint8(0b1011), -1)
+	f.Add("", "\xff\u2028", `"\`, "\x00\n", "é", uint8(0xff), 3)
+	f.Fuzz(func(t *testing.T, name, nad, mac, model, text string, set uint8, acpi int) {
+		n := kubevirtv1.Network{Name: name}
+		if set&1 != 0 {
+			n.Multus = &kubevirtv1.MultusNetwork{NetworkName: nad, Default: set&2 != 0}
+		} else {
+			n.Pod = &kubevirtv1.PodNetwork{VMNetworkCIDR: text, VMIPv6NetworkCIDR: nad}
+		}
+		i := kubevirtv1.Interface{Name: name, Model: model, MacAddress: mac, PciAddress: text, Tag: nad, State: kubevirtv1.InterfaceState(model), ACPIIndex: acpi}
+		if set&4 != 0 {
+			i.Binding = &kubevirtv1.PluginBinding{Name: text}
+		}
+		if set&8 != 0 {
+			i.Bridge = &kubevirtv1.InterfaceBridge{}
+		}
+		if set&16 != 0 {
+			i.BootOrder = ptr.To(uint(set))
+		}
+		ops := []jsonpatch.Operation{
+			{Operation: "add", Path: "/n/" + name, Value: []kubevirtv1.Network{n}},
+			{Operation: "replace", Path: "/i", Value: &[]kubevirtv1.Interface{i}},
+			{Operation: "add", Path: "/m", Value: map[string]any{text: map[string]string{nad: mac, name: model}}},
+			{Operation: "add", Path: "/s", Value: text},
+		}
+		got, ok := appendOps(nil, ops)
+		if want := encodingJSONs(t, ops); !ok || !bytes.Equal(got, want) {
+			t.Fatalf("written %v\n got %s\nwant %s", ok, got, want)
+		}
+	})
+}
