@@ -102,15 +102,7 @@ func TestPatchEncodingIsEncodingJSONs(t *testing.T) {
 	if err := encodePatch(&resp, &buffers); err != nil {
 		t.Fatal(err)
 	}
-	plain := make([]patchOp, len(ops))
-	for i, op := range ops {
-		plain[i] = patchOp{Op: op.Operation, Path: op.Path, Value: op.Value}
-	}
-	want, err := json.Marshal(plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(resp.Patch, want) {
+	if want := encodingJSONs(t, ops); !bytes.Equal(resp.Patch, want) {
 		t.Fatalf("patch:\n got %s\nwant %s", resp.Patch, want)
 	}
 }

@@ -62,10 +62,7 @@ func appendValue(b []byte, v any) ([]byte, bool) {
 	case bool:
 		return strconv.AppendBool(b, v), true
 	case *bool:
-		if v == nil {
-			return append(b, "null"...), true
-		}
-		return strconv.AppendBool(b, *v), true
+		return nullable(b, v, func(b []byte, v *bool) ([]byte, bool) { return strconv.AppendBool(b, *v), true })
 	case map[string]string:
 		return appendMap(b, v, appendString)
 	case map[string]any:
@@ -73,34 +70,32 @@ func appendValue(b []byte, v any) ([]byte, bool) {
 	case []kubevirtv1.Network:
 		return appendList(b, v, appendNetwork)
 	case *[]kubevirtv1.Network:
-		if v == nil {
-			return append(b, "null"...), true
-		}
-		return appendList(b, *v, appendNetwork)
+		return nullable(b, v, listOf(appendNetwork))
 	case *kubevirtv1.Network:
-		if v == nil {
-			return append(b, "null"...), true
-		}
-		return appendNetwork(b, v)
+		return nullable(b, v, appendNetwork)
 	case []kubevirtv1.Interface:
 		return appendList(b, v, appendInterface)
 	case *[]kubevirtv1.Interface:
-		if v == nil {
-			return append(b, "null"...), true
-		}
-		return appendList(b, *v, appendInterface)
+		return nullable(b, v, listOf(appendInterface))
 	case *kubevirtv1.Interface:
-		if v == nil {
-			return append(b, "null"...), true
-		}
-		return appendInterface(b, v)
+		return nullable(b, v, appendInterface)
 	case *kubevirtv1.Memory:
-		if v == nil {
-			return append(b, "null"...), true
-		}
-		return appendMemory(b, v)
+		return nullable(b, v, appendMemory)
 	}
 	return b, false
+}
+
+// nullable writes p with write, or null for a nil p, as encoding/json does.
+func nullable[T any](b []byte, p *T, write func([]byte, *T) ([]byte, bool)) ([]byte, bool) {
+	if p == nil {
+		return append(b, "null"...), true
+	}
+	return write(b, p)
+}
+
+// listOf writes a list through a pointer with elem for each element.
+func listOf[T any](elem func([]byte, *T) ([]byte, bool)) func([]byte, *[]T) ([]byte, bool) {
+	return func(b []byte, list *[]T) ([]byte, bool) { return appendList(b, *list, elem) }
 }
 
 // appendMap writes m with its keys sorted, as encoding/json does.
