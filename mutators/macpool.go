@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"net"
 	"net/http"
 	"slices"
@@ -91,7 +92,7 @@ func (MACPool) Name() string { return "mac-pool" }
 
 // Mutate implements chain.VMMutator.
 func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
-	if !m.addedAny(req) {
+	if !anyAdded(req) {
 		return nil // the common path: nothing added, no lookup
 	}
 	pool, err := req.Facts.MACPool(ctx, req.Namespace)
@@ -99,16 +100,9 @@ func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
 		return err // no pool: the lists below are not built
 	}
 	var added, bare []string
-	for _, c := range req.Changes {
-		if c.Mutator != (NetworkInjector{}).Name() {
-			continue
-		}
-		for _, n := range c.Networks {
-			if _, iface := req.Interface(n); iface != nil {
-				if added = append(added, n); iface.MacAddress == "" {
-					bare = append(bare, n)
-				}
-			}
+	for n, iface := range addedInterfaces(req) {
+		if added = append(added, n); iface.MacAddress == "" {
+			bare = append(bare, n)
 		}
 	}
 	if pool.SeesKvnetInterfaces() {
@@ -141,17 +135,27 @@ func (m MACPool) Mutate(ctx context.Context, req *chain.Request) error {
 	return nil
 }
 
-// addedAny reports whether the network injector added an interface.
-func (MACPool) addedAny(req *chain.Request) bool {
-	for _, c := range req.Changes {
-		if c.Mutator != (NetworkInjector{}).Name() {
-			continue
-		}
-		for _, n := range c.Networks {
-			if _, iface := req.Interface(n); iface != nil {
-				return true
+// addedInterfaces yields each network the network injector added that has
+// an interface, with the interface.
+func addedInterfaces(req *chain.Request) iter.Seq2[string, *kubevirtv1.Interface] {
+	return func(yield func(string, *kubevirtv1.Interface) bool) {
+		for _, c := range req.Changes {
+			if c.Mutator != (NetworkInjector{}).Name() {
+				continue
+			}
+			for _, n := range c.Networks {
+				if _, iface := req.Interface(n); iface != nil && !yield(n, iface) {
+					return
+				}
 			}
 		}
+	}
+}
+
+// anyAdded reports whether the network injector added an interface.
+func anyAdded(req *chain.Request) bool {
+	for range addedInterfaces(req) {
+		return true
 	}
 	return false
 }
