@@ -20,7 +20,8 @@ func (KubeOVN) Name() string { return "kube-ovn" }
 
 // Mutate implements chain.VMMutator.
 func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
-	var legacy []string // networks that carry allow_live_migration
+	var onStack [4]string
+	legacy := onStack[:0] // networks that carry allow_live_migration
 	for _, net := range req.Spec.Networks {
 		if net.Multus == nil {
 			continue
@@ -53,11 +54,17 @@ func (m KubeOVN) Mutate(ctx context.Context, req *chain.Request) error {
 	}
 	if len(legacy) > 0 {
 		// One warning per VM, not per network: kubectl prints each one.
-		req.Warn("network %s: allow_live_migration (kubeOVN.legacyLiveMigration) is read only by kube-ovn <= v1.12; "+
-			"kube-ovn >= v1.13 ignores it and keeps the IP through live migration by itself", strings.Join(legacy, ", "))
+		// Joined rather than formatted: a cluster that keeps the flag has
+		// it in every answer to a VM on kube-ovn.
+		req.Warnings = append(req.Warnings, "network "+strings.Join(legacy, ", ")+legacyLiveMigrationWarning)
 	}
 	return nil
 }
+
+// legacyLiveMigrationWarning follows "network <names>" in the warning a VM
+// gets when kvnet sets, or the user keeps, allow_live_migration.
+const legacyLiveMigrationWarning = ": allow_live_migration (kubeOVN.legacyLiveMigration) is read only by kube-ovn <= v1.12; " +
+	"kube-ovn >= v1.13 ignores it and keeps the IP through live migration by itself"
 
 // setAnnotation sets a template annotation the user has not set already.
 func setAnnotation(req *chain.Request, key, value string) bool {

@@ -35,3 +35,22 @@ func TestAppendStringIsEncodingJSONs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAppendStringIsEncodingJSONs holds AppendString to encoding/json on
+// any string, after any prefix (the in-place escaping moves bytes within
+// the buffer the prefix starts).
+func FuzzAppendStringIsEncodingJSONs(f *testing.F) {
+	for _, s := range []string{"", "plain", "<= v1.12 & >= v1.13", "\u2028<\u2029>", "\xe2\x80\xa8\xe2\x80", "é&\"\\\n"} {
+		f.Add("prefix", s)
+	}
+	f.Fuzz(func(t *testing.T, prefix, s string) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := AppendString([]byte(prefix), s)
+		if err != nil || !bytes.Equal(got, append([]byte(prefix), want...)) {
+			t.Fatalf("%q: got %q (%v), want %q", s, got, err, want)
+		}
+	})
+}
