@@ -46,8 +46,10 @@ type Edge struct {
 	// Log is the logger request loggers derive from.
 	Log logr.Logger
 	// BodyTimeout bounds the read of one request body; zero means
-	// DefaultBodyTimeout.
+	// DefaultBodyTimeout. Set it before the Edge serves.
 	BodyTimeout time.Duration
+
+	bodies bodyWatch
 }
 
 // DefaultBodyTimeout is how long a caller may take to send its request
@@ -186,12 +188,11 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if vh != nil {
 		view = vh.newView()
 	}
-	// The deadline is the connection's: lift it once the body is read,
-	// so that it cannot cut a slow handler's answer or the next request.
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(cmp.Or(e.BodyTimeout, DefaultBodyTimeout)))
+	// Bounded by the watcher (bodyWatch) from here to end only, so that
+	// it cannot cut a slow handler's answer or the next request.
+	slot := e.bodies.begin(w, cmp.Or(e.BodyTimeout, DefaultBodyTimeout))
 	rv, err := readReview(r, view, &buffers)
-	_ = rc.SetReadDeadline(time.Time{})
+	e.bodies.end(slot)
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || r.Context().Err() != nil {
 			// The caller went away mid-body (an API server giving up at

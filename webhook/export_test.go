@@ -48,3 +48,10 @@ func EncodeAnswer(resp admission.Response, m func(any) ([]byte, error)) ([]byte,
 	out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
 	return m(out)
 }
+
+// WatchingBodies reports whether e's body watcher is running.
+func (e *Edge) WatchingBodies() bool {
+	e.bodies.mu.Lock()
+	defer e.bodies.mu.Unlock()
+	return e.bodies.watching
+}

@@ -124,3 +124,59 @@ func poll(t *testing.T, what string, cond func() bool) {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
+
+// The body timeout bounds the body's read only: a handler that takes
+// several timeouts to answer is answered, a body that arrives in pieces
+// within the timeout is read whole, and the next request on the same
+// keep-alive connection is served.
+func TestEdgeBodyTimeoutSparesSlowHandlersAndTheNextRequest(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	edge := webhook.Webhook(admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		if string(req.UID) == "u-slow-handler" {
+			start := time.Now()
+			poll(t, "the handler to outlast three body timeouts", func() bool { return time.Since(start) > 3*timeout || ctx.Err() != nil })
+			if ctx.Err() != nil {
+				// net/http cancels a request whose connection's read
+				// fails, as one with a deadline in the past does.
+				return admission.Denied("the request was cut while its handler ran: " + ctx.Err().Error())
+			}
+		}
+		return admission.Allowed("")
+	}))
+	edge.BodyTimeout = timeout
+	srv := httptest.NewServer(edge)
+	t.Cleanup(srv.Close)
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	br := bufio.NewReader(c)
+	send := func(uid string, pieces int) {
+		t.Helper()
+		body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"` + uid + `"}}`
+		fmt.Fprintf(c, "POST /x HTTP/1.1\r\nHost: kvnet\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+		for i := range pieces {
+			// Each piece is written once the server has read the ones
+			// before: the body arrives over about half the timeout.
+			_, _ = io.WriteString(c, body[i*len(body)/pieces:(i+1)*len(body)/pieces])
+			sent := time.Now()
+			poll(t, "a tenth of the body timeout to pass", func() bool { return time.Since(sent) > timeout/10 })
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", uid, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"allowed":true`) || !strings.Contains(string(b), uid) {
+			t.Fatalf("%s: %d %s", uid, resp.StatusCode, b)
+		}
+	}
+	send("u-slow-handler", 1)
+	send("u-in-pieces", 5)
+	send("u-after", 1)
+	// With no body being read, the watcher stops: an idle webhook keeps
+	// no ticker running.
+	poll(t, "the body watcher to stop", func() bool { return !edge.WatchingBodies() })
+}
