@@ -5,10 +5,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -41,9 +43,16 @@ type loadtestOptions struct {
 	port    int
 	certDir string
 	// profileDir, when set, makes each server write a CPU profile of the
-	// whole run and a heap profile at its end there (<mode>.cpu.pprof,
-	// <mode>.heap.pprof), to read with go tool pprof.
+	// whole run and a heap profile at its end there (<name>.cpu.pprof,
+	// <name>.heap.pprof: floor or baseline, and kvnet), to read with go
+	// tool pprof.
 	profileDir string
+	// baseline is what kvnet is compared with: "floor", or "kvnet" for a
+	// second kvnet process, which measures the measurement: how far apart
+	// two identical servers come out.
+	baseline string
+	// profileName names a server's profiles (internal, with --serve).
+	profileName string
 }
 
 func main() {
@@ -72,8 +81,10 @@ percentiles, CPU per request and RSS.
 Without --url it starts two webhook servers as child processes, both
 controller-runtime's webhook server: the floor (a handler that allows
 everything without reading the object) and kvnet's handlers on a built-in
-cluster snapshot. Runs are interleaved, floor then kvnet, round after
-round, so every ratio compares two figures of the same moment.
+cluster snapshot. The two take turns within each run, so every ratio
+compares two figures of the same moments. With --baseline kvnet the first
+is a second kvnet instead of the floor: two identical servers, whose ratio
+shows how far the measurement itself strays from 1.00.
 
 With --url it loads a running kvnet instead (its cluster must hold the
 bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
@@ -100,6 +111,9 @@ bodies' NADs and VMI for the patches to match; see loadtest.Cluster), and
 	fs.IntVar(&o.port, "port", 0, "internal: port for --serve")
 	fs.StringVar(&o.certDir, "cert-dir", "", "internal: certificates for --serve")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write each server's CPU profile of the run and its heap profile at the end, and the load tool's own CPU profile, into this directory")
+	fs.StringVar(&o.baseline, "baseline", "floor", "what kvnet is compared with: floor (the do-nothing handler) or kvnet (a second kvnet process: how far apart two identical servers come out, the measurement's own spread)")
+	fs.StringVar(&o.profileName, "profile-name", "", "internal: the name of --serve's profiles")
+	_ = fs.MarkHidden("profile-name")
 	_ = fs.MarkHidden("serve")
 	_ = fs.MarkHidden("port")
 	_ = fs.MarkHidden("cert-dir")
@@ -129,13 +143,16 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 			bodies = append(bodies, all[i])
 		}
 	}
+	if o.baseline != "floor" && o.baseline != "kvnet" {
+		return fmt.Errorf("--baseline: want floor or kvnet, got %q", o.baseline)
+	}
 	var targets []loadtest.Target
 	var caPEM []byte
 	if o.url != "" {
 		if caPEM, err = os.ReadFile(o.ca); err != nil {
 			return fmt.Errorf("--ca: %w", err)
 		}
-		targets = []loadtest.Target{{Name: "kvnet", URL: strings.TrimSuffix(o.url, "/"), PID: o.pid}}
+		targets = []loadtest.Target{{Name: "kvnet", Mode: "kvnet", URL: strings.TrimSuffix(o.url, "/"), PID: o.pid}}
 	} else {
 		dir, err := os.MkdirTemp("", "kvnet-loadtest-")
 		if err != nil {
@@ -145,8 +162,17 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 		if caPEM, err = loadtest.WriteCerts(dir); err != nil {
 			return err
 		}
-		for _, mode := range []string{"floor", "kvnet"} {
-			t, stop, err := startServer(ctx, mode, dir, o.profileDir)
+		if o.profileDir != "" {
+			if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+				return err
+			}
+		}
+		for i, mode := range []string{o.baseline, "kvnet"} {
+			name := "kvnet"
+			if i == 0 {
+				name = baselineName(o.baseline)
+			}
+			t, stop, err := startServer(ctx, mode, name, dir, o.profileDir)
 			if err != nil {
 				return err
 			}
@@ -195,16 +221,18 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 			}
 		}
 	}
-	fmt.Fprintf(out, "| body | C | floor req/s | kvnet req/s | kvnet/floor | floor p99 ms | kvnet p50 / p90 / p99 / max ms | CPU µs/req floor / kvnet | load tool's CPU µs/req floor / kvnet | kvnet RSS MiB (peak) |\n")
-	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|\n")
+	base := baselineName(o.baseline)
+	fmt.Fprintf(out, "| body | C | %[1]s req/s | kvnet req/s | kvnet/%[1]s | rounds' kvnet/%[1]s | %[1]s p99 ms | kvnet p50 / p90 / p99 / max ms | CPU µs/req %[1]s / kvnet | load tool's CPU µs/req %[1]s / kvnet | kvnet RSS MiB (peak) |\n", base)
+	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, b := range bodies {
 		for _, c := range o.conns {
-			kv := merge(results[key{b.Name, "kvnet", c}])
-			fl := merge(results[key{b.Name, "floor", c}])
-			floorRate, ratio, floorP99 := "-", "-", "-"
+			kvRounds, flRounds := results[key{b.Name, "kvnet", c}], results[key{b.Name, base, c}]
+			kv, fl := merge(kvRounds), merge(flRounds)
+			floorRate, ratio, rounds, floorP99 := "-", "-", "-", "-"
 			if fl != nil {
 				floorRate = fmt.Sprintf("%.0f", fl.ReqPerSec())
 				ratio = fmt.Sprintf("%.2f", kv.ReqPerSec()/fl.ReqPerSec())
+				rounds = roundRatios(kvRounds, flRounds)
 				floorP99 = ms(fl.Percentile(0.99))
 			}
 			cpu, rss := "-", "-"
@@ -219,11 +247,34 @@ func runLoadtest(ctx context.Context, out io.Writer, o *loadtestOptions) error {
 				}
 				rss = fmt.Sprintf("%.0f (%.0f)", float64(kv.RSS)/(1<<20), float64(kv.HWM)/(1<<20))
 			}
-			fmt.Fprintf(out, "| %s `%s` | %d | %s | %.0f | %s | %s | %s / %s / %s / %s | %s | %s | %s |\n", b.Name, b.Path, c, floorRate, kv.ReqPerSec(), ratio, floorP99,
+			fmt.Fprintf(out, "| %s `%s` | %d | %s | %.0f | %s | %s | %s | %s / %s / %s / %s | %s | %s | %s |\n", b.Name, b.Path, c, floorRate, kv.ReqPerSec(), ratio, rounds, floorP99,
 				ms(kv.Percentile(0.5)), ms(kv.Percentile(0.9)), ms(kv.Percentile(0.99)), ms(kv.Percentile(1)), cpu, client, rss)
 		}
 	}
 	return nil
+}
+
+// baselineName is the baseline's name in reports: the floor, or for a
+// second kvnet "baseline", since both serve kvnet's handlers.
+func baselineName(baseline string) string {
+	if baseline == "floor" {
+		return "floor"
+	}
+	return "baseline"
+}
+
+// roundRatios is the lowest and highest of the rounds' kvnet/baseline
+// ratios: how far one round strays from the pooled figure.
+func roundRatios(kv, base []*loadtest.Result) string {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i := range min(len(kv), len(base)) {
+		r := kv[i].ReqPerSec() / base[i].ReqPerSec()
+		lo, hi = min(lo, r), max(hi, r)
+	}
+	if lo > hi {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f-%.2f", lo, hi)
 }
 
 // perRequest is d per request in microseconds.
@@ -267,7 +318,7 @@ func ms(d time.Duration) string {
 }
 
 // startServer runs this binary with --serve mode on a free loopback port.
-func startServer(ctx context.Context, mode, certDir, profileDir string) (loadtest.Target, func(), error) {
+func startServer(ctx context.Context, mode, name, certDir, profileDir string) (loadtest.Target, func(), error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return loadtest.Target{}, nil, err
@@ -280,7 +331,7 @@ func startServer(ctx context.Context, mode, certDir, profileDir string) (loadtes
 	}
 	args := []string{"--serve", mode, "--port", strconv.Itoa(port), "--cert-dir", certDir}
 	if profileDir != "" {
-		args = append(args, "--profile-dir", profileDir)
+		args = append(args, "--profile-dir", profileDir, "--profile-name", name)
 	}
 	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
@@ -298,7 +349,7 @@ func startServer(ctx context.Context, mode, certDir, profileDir string) (loadtes
 			<-done
 		}
 	}
-	return loadtest.Target{Name: mode, URL: fmt.Sprintf("https://127.0.0.1:%d", port), PID: cmd.Process.Pid}, stop, nil
+	return loadtest.Target{Name: name, Mode: mode, URL: fmt.Sprintf("https://127.0.0.1:%d", port), PID: cmd.Process.Pid}, stop, nil
 }
 
 // turns runs body b on every target with c connections, each for d in
@@ -310,7 +361,7 @@ func startServer(ctx context.Context, mode, certDir, profileDir string) (loadtes
 func turns(ctx context.Context, client *loadtest.Client, targets []loadtest.Target, b loadtest.Body, c int, d, turn time.Duration) ([]*loadtest.Result, error) {
 	sessions := make([]*loadtest.Session, len(targets))
 	for i, t := range targets {
-		s, err := client.NewSession(t, b, t.Name == "kvnet", c)
+		s, err := client.NewSession(t, b, t.Mode == "kvnet", c)
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +395,8 @@ func serveProfiled(ctx context.Context, o *loadtestOptions) error {
 	if o.profileDir == "" {
 		return loadtest.Serve(ctx, o.serve, "127.0.0.1", o.port, o.certDir)
 	}
-	cpu, err := os.Create(filepath.Join(o.profileDir, o.serve+".cpu.pprof"))
+	name := cmp.Or(o.profileName, o.serve)
+	cpu, err := os.Create(filepath.Join(o.profileDir, name+".cpu.pprof"))
 	if err != nil {
 		return err
 	}
@@ -354,7 +406,7 @@ func serveProfiled(ctx context.Context, o *loadtestOptions) error {
 	}
 	serveErr := loadtest.Serve(ctx, o.serve, "127.0.0.1", o.port, o.certDir)
 	pprof.StopCPUProfile()
-	heap, err := os.Create(filepath.Join(o.profileDir, o.serve+".heap.pprof"))
+	heap, err := os.Create(filepath.Join(o.profileDir, name+".heap.pprof"))
 	if err != nil {
 		return errors.Join(serveErr, err)
 	}

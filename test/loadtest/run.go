@@ -26,8 +26,12 @@ import (
 
 // Target is one webhook server under load.
 type Target struct {
-	// Name is "floor" or "kvnet" in reports.
+	// Name is "floor" or "kvnet" in reports ("baseline" for a second kvnet
+	// it is compared with).
 	Name string
+	// Mode is what the server runs: "floor" (answers without a patch) or
+	// "kvnet".
+	Mode string
 	// URL is the server's base, e.g. https://127.0.0.1:9443.
 	URL string
 	// PID, when set, is read from /proc for CPU time and RSS.
