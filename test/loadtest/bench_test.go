@@ -157,11 +157,11 @@ func TestMigrationStatusPatchIsTwoAdds(t *testing.T) {
 
 // allocBounds are the allocations per request of the VM and VMI webhooks,
 // in process and with the request's own building, as the work on their
-// cost left them (vm 102, vmi 107, vm-podnet 108, vm-validate 184,
-// vmi-validate 178; issue 50), with a tenth of room for what a sync.Pool
+// cost left them (vm 96, vmi 101, vm-podnet 102, vm-validate 180,
+// vmi-validate 174; issue 50), with a tenth of room for what a sync.Pool
 // emptied by a collection costs. A change that allocates more per request
 // fails here, not in a timing.
-var allocBounds = map[string]float64{"vm": 112, "vmi": 118, "vm-podnet": 119, "vm-validate": 202, "vmi-validate": 196}
+var allocBounds = map[string]float64{"vm": 106, "vmi": 111, "vm-podnet": 112, "vm-validate": 198, "vmi-validate": 191}
 
 func TestVMPathAllocationsStayBounded(t *testing.T) {
 	f, bodies := fixture(t)
