@@ -188,8 +188,9 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if vh != nil {
 		view = vh.newView()
 	}
-	// Bounded by the watcher (bodyWatch) from here to end only, so that
-	// it cannot cut a slow handler's answer or the next request.
+	// The body timeout (bodyWatch) bounds the read from begin to end
+	// only, so that it cannot cut a slow handler's answer or the next
+	// request on the connection.
 	slot := e.bodies.begin(w, cmp.Or(e.BodyTimeout, DefaultBodyTimeout))
 	rv, err := readReview(r, view, &buffers)
 	e.bodies.end(slot)
