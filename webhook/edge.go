@@ -188,12 +188,7 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if vh != nil {
 		view = vh.newView()
 	}
-	// The body timeout (bodyWatch) bounds the read from begin to end
-	// only, so that it cannot cut a slow handler's answer or the next
-	// request on the connection.
-	slot := e.bodies.begin(w, cmp.Or(e.BodyTimeout, DefaultBodyTimeout))
-	rv, err := readReview(r, view, &buffers)
-	e.bodies.end(slot)
+	rv, err := e.readWatched(w, r, view, &buffers)
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || r.Context().Err() != nil {
 			// The caller went away mid-body (an API server giving up at
@@ -223,6 +218,15 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := e.handle(ctx, req, handler, &buffers)
 	e.write(w, rv.APIVersion, resp, &buffers)
+}
+
+// readWatched is readReview under the body timeout (bodyWatch), which
+// bounds the read only: it cannot cut a slow handler's answer or the next
+// request on the connection.
+func (e *Edge) readWatched(w http.ResponseWriter, r *http.Request, view any, buffers *answerBuffers) (*review, error) {
+	slot := e.bodies.begin(w, cmp.Or(e.BodyTimeout, DefaultBodyTimeout))
+	defer e.bodies.end(slot)
+	return readReview(r, view, buffers)
 }
 
 // readReview reads and decodes the body: JSON, a known AdmissionReview
