@@ -144,9 +144,16 @@ func (m ClaimRefs) claimFor(ctx context.Context, req *chain.PodRequest, owner pe
 		return "", nil
 	}
 	claim := persistentips.ClaimName(owner.Name, net.Name)
-	if cur := e.String(multus.KeyIPAMClaimReference); cur == claim {
+	// An element without a reference, or with "" or null (none, to Multus
+	// as well), gets the claim; one with a value that is not a string is
+	// left as it is, for Multus to refuse: kvnet does not repair it.
+	switch cur, ok := e.OptionalString(multus.KeyIPAMClaimReference); {
+	case !ok:
+		req.Warn("network %s has an ipam-claim-reference that is not a string (%s); kvnet leaves it instead of %q", net.Name, e.Raw(multus.KeyIPAMClaimReference), claim)
+		return "", nil
+	case cur == claim:
 		return claim, nil
-	} else if cur != "" {
+	case cur != "":
 		req.Warn("network %s already references IPAMClaim %q; kvnet leaves it instead of %q", net.Name, cur, claim)
 		return "", nil
 	}

@@ -135,6 +135,9 @@ func TestClaimRefs(t *testing.T) {
 		wantRefs  []string
 		unchanged bool
 		warning   string
+		// contains is a piece of the rewritten annotation, where the
+		// position of a key matters.
+		contains string
 	}{
 		"references claimable networks only; a missing NAD skips only itself": {
 			networks: crElems("blue", "red", "plain", "gone"), cache: crClient(crVMI(), ours),
@@ -162,6 +165,18 @@ func TestClaimRefs(t *testing.T) {
 		"existing other reference is kept": {
 			networks: `[{"name":"blue","namespace":"tenant-a","interface":"` + persistentips.PodInterfaceName("blue") + `","ipam-claim-reference":"mine"}]`,
 			cache:    crClient(crVMI()), unchanged: true, warning: "already references",
+		},
+		"an empty reference, none to Multus, is filled in place": {
+			networks: `[{"name":"blue","namespace":"tenant-a","ipam-claim-reference":"","interface":"` + persistentips.PodInterfaceName("blue") + `"}]`,
+			cache:    crClient(crVMI()), wantRefs: []string{"web.blue"}, contains: `"ipam-claim-reference":"web.blue","interface"`,
+		},
+		"a null reference, none to Multus, is filled in place": {
+			networks: `[{"name":"blue","namespace":"tenant-a","ipam-claim-reference":null,"interface":"` + persistentips.PodInterfaceName("blue") + `"}]`,
+			cache:    crClient(crVMI()), wantRefs: []string{"web.blue"},
+		},
+		"a reference that is not a string is left for Multus to refuse": {
+			networks: `[{"name":"blue","namespace":"tenant-a","interface":"` + persistentips.PodInterfaceName("blue") + `","ipam-claim-reference":{"name":"x"}}]`,
+			cache:    crClient(crVMI()), unchanged: true, warning: "is not a string",
 		},
 		"already referenced: nothing to do": {
 			networks: `[{"name":"blue","namespace":"tenant-a","interface":"` + persistentips.PodInterfaceName("blue") + `","ipam-claim-reference":"web.blue"}]`,
@@ -198,6 +213,9 @@ func TestClaimRefs(t *testing.T) {
 			got := pod.Annotations[multus.NetworksAnnotation]
 			if tc.unchanged && got != tc.networks {
 				t.Fatalf("annotation changed:\n got %s\nwant %s", got, tc.networks)
+			}
+			if !strings.Contains(got, tc.contains) {
+				t.Fatalf("annotation %s lacks %s", got, tc.contains)
 			}
 			if tc.wantRefs != nil {
 				if refs := refsOf(t, pod); fmt.Sprint(refs) != fmt.Sprint(tc.wantRefs) {
@@ -294,11 +312,21 @@ func sameKeys(t *testing.T, a, b []*multus.Element, added string) {
 			t.Fatalf("element %d keys %v became %v", i, ka, kb)
 		}
 		for _, k := range ka {
+			if k == added && isNone(a[i].Raw(k)) {
+				continue // "" or null, none to Multus: the added key filled in place
+			}
 			if !jsonEqual(a[i].Raw(k), b[i].Raw(k)) {
 				t.Fatalf("element %d key %q: %s became %s", i, k, a[i].Raw(k), b[i].Raw(k))
 			}
 		}
 	}
+}
+
+// isNone reports whether a raw value is "" or null, which Multus reads
+// as no value.
+func isNone(raw []byte) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s == ""
 }
 
 func jsonEqual(a, b []byte) bool {

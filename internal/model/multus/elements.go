@@ -57,6 +57,17 @@ func (e *Element) String(key string) string {
 	return s
 }
 
+// OptionalString returns the value of a string key that may be left
+// out: "" with ok when the key is absent or null, as Multus reads both,
+// and ok false when its value is not a string, which Multus refuses.
+func (e *Element) OptionalString(key string) (s string, ok bool) {
+	v, present := e.raw[key]
+	if !present {
+		return "", true
+	}
+	return s, json.Unmarshal(v, &s) == nil
+}
+
 // Name is the NAD name.
 func (e *Element) Name() string { return e.String(KeyName) }
 
