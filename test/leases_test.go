@@ -112,9 +112,14 @@ func TestMovedVMKeepsItsClaimsAsLeases(t *testing.T) {
 	if err != nil || !controllerutil.ContainsFinalizer(c, persistentips.Finalizer) {
 		t.Fatalf("the moved VM's claim after the VM was deleted: %v, %+v; want it kept with kvnet's finalizer", err, c)
 	}
-	if d := metricValue(t, "kvnet_persistentips_leases_held", map[string]string{"peer": "cluster-b"}) - held; d != 1 {
-		t.Errorf("kvnet_persistentips_leases_held{peer=cluster-b} rose by %v, want 1", d)
-	}
+	// The controller counts after the API server has its write, so the
+	// metrics are waited for, not read once.
+	piEventually(t, "the lease counted", func() error {
+		if d := metricValue(t, "kvnet_persistentips_leases_held", map[string]string{"peer": "cluster-b"}) - held; d != 1 {
+			return fmt.Errorf("kvnet_persistentips_leases_held{peer=cluster-b} rose by %v, want 1", d)
+		}
+		return nil
+	})
 	if age := metricValue(t, "kvnet_persistentips_oldest_lease_age_seconds", map[string]string{"peer": "cluster-b"}); age <= 0 || age > 3600 {
 		t.Errorf("kvnet_persistentips_oldest_lease_age_seconds{peer=cluster-b} = %v, want the lease's age", age)
 	}
@@ -144,12 +149,15 @@ func TestMovedVMKeepsItsClaimsAsLeases(t *testing.T) {
 		}
 		return nil
 	})
-	if d := metricValue(t, "kvnet_persistentips_claims_released_total", map[string]string{"reason": persistentips.ReasonLeaseReleased}) - released; d != 1 {
-		t.Errorf("kvnet_persistentips_claims_released_total{reason=%s} rose by %v, want 1", persistentips.ReasonLeaseReleased, d)
-	}
-	if d := metricValue(t, "kvnet_persistentips_leases_held", map[string]string{"peer": "cluster-b"}) - held; d != 0 {
-		t.Errorf("kvnet_persistentips_leases_held{peer=cluster-b} is %v above where it started, want 0 once released", d)
-	}
+	piEventually(t, "the release counted", func() error {
+		if d := metricValue(t, "kvnet_persistentips_claims_released_total", map[string]string{"reason": persistentips.ReasonLeaseReleased}) - released; d != 1 {
+			return fmt.Errorf("kvnet_persistentips_claims_released_total{reason=%s} rose by %v, want 1", persistentips.ReasonLeaseReleased, d)
+		}
+		if d := metricValue(t, "kvnet_persistentips_leases_held", map[string]string{"peer": "cluster-b"}) - held; d != 0 {
+			return fmt.Errorf("kvnet_persistentips_leases_held{peer=cluster-b} is %v above where it started, want 0 once released", d)
+		}
+		return nil
+	})
 }
 
 // userClient is a client acting as user <name>@<ns>, bound in ns to role.
