@@ -247,7 +247,7 @@ func BenchmarkWebhooksCold(b *testing.B) {
 	f, bodies := fixture(b)
 	kv, floor := f.KvnetMux(), FloorMux()
 	evict := make([]byte, evictBytes)
-	cold := func(h http.Handler, body Body) time.Duration {
+	cold := func(b *testing.B, h http.Handler, body Body) time.Duration {
 		for i := 0; i < len(evict); i += 64 {
 			evict[i]++
 		}
@@ -266,8 +266,8 @@ func BenchmarkWebhooksCold(b *testing.B) {
 			var floorTime, kvnetTime time.Duration
 			n := 0
 			for b.Loop() {
-				floorTime += cold(floor, body)
-				kvnetTime += cold(kv, body)
+				floorTime += cold(b, floor, body)
+				kvnetTime += cold(b, kv, body)
 				n++
 			}
 			b.ReportMetric(float64(floorTime.Nanoseconds())/float64(n), "floor-cold-ns/op")
