@@ -1,14 +1,17 @@
 package test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -81,6 +84,23 @@ func metricsReader(t *testing.T, ns string) (reader, stranger string) {
 		}
 		t.Cleanup(func() { _ = env.Client.Delete(ctx, o) })
 	}
+	// The API server's authorizer sees a new binding through its own
+	// informers: wait until it allows the reader, or the first review may
+	// be a denial, which the gate rightly remembers.
+	framework.Eventually(t, "the API server allows the reader /metrics", 30*time.Second, func() error {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:                  "system:serviceaccount:" + ns + ":prometheus",
+			Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + ns},
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
+		}}
+		if err := env.Client.Create(ctx, sar); err != nil {
+			return err
+		}
+		if !sar.Status.Allowed {
+			return fmt.Errorf("not allowed yet: %s", sar.Status.Reason)
+		}
+		return nil
+	})
 	return reader, stranger
 }
 
