@@ -5,15 +5,21 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvnet/kvnet/internal/chain"
 	"github.com/kvnet/kvnet/internal/offline"
@@ -270,4 +276,100 @@ func TestEdgePatchesAsTheHandler(t *testing.T) {
 		t.Fatalf("lists replaced whole %d times, appended to %d times: the goldens no longer exercise both", replaced, appended)
 	}
 	t.Logf("lists replaced whole %d times, appended to %d times", replaced, appended)
+}
+
+// The Edge keeps what it decodes a request into for the next one: every
+// example and golden input, served one after another through the Edge
+// (forwards, then backwards, so each follows a different one), is answered
+// as the handler answers it alone, mutated and validated.
+func TestEdgeAnswersEachRequestAsAlone(t *testing.T) {
+	hs := exampleHandlers(t)
+	inputs := []string{filepath.Join(examplesDir, "vms.yaml"), filepath.Join(examplesDir, "invalid.yaml")}
+	for _, gc := range goldenCases(t) {
+		inputs = append(inputs, gc.in)
+	}
+	type exchange struct {
+		path string
+		req  admission.Request
+		want admission.Response
+	}
+	var all []exchange
+	for _, in := range inputs {
+		for _, d := range readDocs(t, in) {
+			kind := chain.Kind(d.Kind)
+			paths := []string{webhook.PathMutateVM, webhook.PathValidateVM}
+			if kind == chain.KindVMI {
+				paths = []string{webhook.PathMutateVMI, webhook.PathValidateVMI}
+			}
+			for _, path := range paths {
+				req := review(kind, admissionv1.Create, "", d.Raw, nil)
+				req.UID = types.UID(fmt.Sprintf("%s-%d", d.Source, len(all)))
+				all = append(all, exchange{path: path, req: req, want: hs[path].Handle(context.Background(), req)})
+			}
+		}
+	}
+	edges := map[string]http.Handler{}
+	for path, h := range hs {
+		edges[path] = webhook.Webhook(h)
+	}
+	for pass, order := range [][]int{forwards(len(all)), backwards(len(all))} {
+		for _, i := range order {
+			x := all[i]
+			body, err := json.Marshal(admissionv1.AdmissionReview{
+				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+				Request:  &x.req.AdmissionRequest,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodPost, x.path, bytes.NewReader(body))
+			r.Header.Set("Content-Type", "application/json")
+			edges[x.path].ServeHTTP(rec, r)
+			var got admissionv1.AdmissionReview
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Response == nil {
+				t.Fatalf("pass %d, %s %s: undecodable answer %s: %v", pass, x.path, x.req.UID, rec.Body.Bytes(), err)
+			}
+			// The patches may differ in form (the Edge's decode knows when
+			// a list was read whole and may replace it), not in what they
+			// make of the object.
+			g, w := got.Response, x.want
+			raw := x.req.Object.Raw
+			gotObj, wantObj := raw, applyResponse(t, raw, w)
+			if len(g.Patch) > 0 {
+				p, err := jsonpatch.DecodePatch(g.Patch)
+				if err == nil {
+					gotObj, err = p.Apply(raw)
+				}
+				if err != nil {
+					t.Fatalf("pass %d, %s %s: patch %s: %v", pass, x.path, x.req.UID, g.Patch, err)
+				}
+			}
+			if g.UID != x.req.UID || g.Allowed != w.Allowed || !sameJSON(gotObj, wantObj) || !reflect.DeepEqual(g.Warnings, w.Warnings) ||
+				(!w.Allowed && (g.Result == nil || w.Result == nil || g.Result.Message != w.Result.Message || g.Result.Code != w.Result.Code)) {
+				t.Errorf("pass %d, %s %s: through the Edge\n allowed=%v object=%s warnings=%q result=%+v\nalone\n allowed=%v object=%s warnings=%q result=%+v",
+					pass, x.path, x.req.UID, g.Allowed, gotObj, g.Warnings, g.Result, w.Allowed, wantObj, w.Warnings, w.Result)
+			}
+		}
+	}
+}
+
+func forwards(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func backwards(n int) []int {
+	out := forwards(n)
+	slices.Reverse(out)
+	return out
+}
+
+// sameJSON reports whether a and b are the same JSON value.
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }

@@ -33,6 +33,8 @@ func (h *VMMutateHandler) Handle(ctx context.Context, req admission.Request) adm
 
 func (h *VMMutateHandler) newView() any { return newVMView(h.Kind) }
 
+func (h *VMMutateHandler) releaseView(view any) { releaseVMView(view) }
+
 func (h *VMMutateHandler) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
 	return Serve(ctx, "mutate-"+kindName(h.Kind), req, func(ctx context.Context, req admission.Request) admission.Response {
 		return h.mutate(ctx, req, view)

@@ -48,6 +48,9 @@ func (h *PodMutateHandler) Handle(ctx context.Context, req admission.Request) ad
 
 func (h *PodMutateHandler) newView() any { return new(podView) }
 
+// releaseView leaves the view to the collector: a pod's is small.
+func (h *PodMutateHandler) releaseView(any) {}
+
 func (h *PodMutateHandler) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
 	return Serve(ctx, h.Name, req, func(ctx context.Context, req admission.Request) admission.Response {
 		return h.mutatePod(ctx, req, view)

@@ -34,6 +34,8 @@ func (h *VMValidateHandler) Handle(ctx context.Context, req admission.Request) a
 
 func (h *VMValidateHandler) newView() any { return newVMView(h.Kind) }
 
+func (h *VMValidateHandler) releaseView(view any) { releaseVMView(view) }
+
 func (h *VMValidateHandler) handleView(ctx context.Context, req admission.Request, view any) admission.Response {
 	return Serve(ctx, "validate-"+kindName(h.Kind), req, func(ctx context.Context, req admission.Request) admission.Response {
 		return h.validate(ctx, req, view)
