@@ -272,7 +272,8 @@ type vmView struct {
 	Metadata *objectMeta `json:"metadata"`
 	Spec     *vmSpecView `json:"spec"`
 
-	parts requestParts
+	scanned viewParts
+	parts   requestParts
 }
 
 type vmSpecView struct {
@@ -288,7 +289,8 @@ type vmiView struct {
 	Metadata *objectMeta  `json:"metadata"`
 	Spec     *vmiSpecView `json:"spec"`
 
-	parts requestParts
+	scanned viewParts
+	parts   requestParts
 }
 
 type vmiSpecView struct {

@@ -61,7 +61,8 @@ func agreeSeeds(t testing.TB) [][]byte {
 }
 
 // withoutScanNotes is view without what the scan notes about how it read
-// the object (vmiSpecView.whole), which no decoder of values has.
+// the object (vmiSpecView.whole), which no decoder of values has, and
+// without the storage it holds for its parts and its chain request.
 func withoutScanNotes(view any) any {
 	var spec *vmiSpecView
 	switch v := view.(type) {
@@ -74,6 +75,18 @@ func withoutScanNotes(view any) any {
 	}
 	if spec != nil {
 		spec.whole = wholeLists{}
+	}
+	// A view holds its parts and its chain request's (which its
+	// pointers point into, so a copy still shows them); v1 fills neither.
+	switch v := view.(type) {
+	case *vmView:
+		c := *v
+		c.scanned, c.parts = viewParts{}, requestParts{}
+		return &c
+	case *vmiView:
+		c := *v
+		c.scanned, c.parts = viewParts{}, requestParts{}
+		return &c
 	}
 	return view
 }

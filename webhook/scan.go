@@ -49,10 +49,10 @@ type scanner struct {
 	texts []byte
 }
 
-// viewParts are the parts of one VM or VMI view, allocated together: a
-// view has at most one of each (two metadata), and its pointers to them
-// say which members the object has. They belong to the view, never to a
-// pooled scanner.
+// viewParts are the parts of one VM or VMI view, held in the view itself
+// (scanned): a view has at most one of each (two metadata), and its
+// pointers to them say which members the object has. They belong to the
+// view, never to a pooled scanner, and a view is scanned once.
 type viewParts struct {
 	meta     [2]objectMeta
 	metas    int
@@ -502,7 +502,7 @@ func (s *scanner) v2(p any) error {
 
 // scan implements tokenView.
 func (v *vmView) scan(s *scanner) error {
-	s.parts = new(viewParts)
+	s.parts = &v.scanned
 	return s.object(func(name []byte) error {
 		switch string(name) {
 		case "metadata":
@@ -536,7 +536,7 @@ func (v *vmView) scan(s *scanner) error {
 
 // scan implements tokenView.
 func (v *vmiView) scan(s *scanner) error {
-	s.parts = new(viewParts)
+	s.parts = &v.scanned
 	return s.object(func(name []byte) error {
 		switch string(name) {
 		case "metadata":
