@@ -125,6 +125,10 @@ type requestParts struct {
 	// interfaces from nothing on nearly every VM kvnet changes.
 	networks   [spareListLen]kubevirtv1.Network
 	interfaces [spareListLen]kubevirtv1.Interface
+	// changes backs the request's record of what mutators did: one entry
+	// per mutator and rule, six for a VM gaining networks by rule and
+	// annotation, vDPA and kube-ovn.
+	changes [6]chain.Change
 }
 
 // spareListLen is how many networks and interfaces a VM gains without a
@@ -162,6 +166,7 @@ func (v *vmView) request() (*chain.Request, *vmShape) {
 	}
 	p.spare(&p.template.Spec)
 	chain.InitVM(&p.req, &p.meta, &p.template)
+	p.req.Changes = p.changes[:0]
 	return &p.req, shape
 }
 
@@ -177,6 +182,7 @@ func (v *vmiView) request() (*chain.Request, *vmShape) {
 		shape.whole = v.Spec.whole
 	}
 	chain.InitVMI(&p.req, &p.meta, &p.template.Spec)
+	p.req.Changes = p.changes[:0]
 	return &p.req, shape
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/kvnet/kvnet/internal/apijson"
 )
@@ -137,7 +138,9 @@ func recordInto(annotations *map[string]string, changes []Change) error {
 	if *annotations == nil {
 		*annotations = map[string]string{}
 	}
-	(*annotations)[MutationsAnnotation] = string(b)
+	// b is this call's own buffer, never written again: the annotation is
+	// its bytes, not a copy of them (as strings.Builder hands out its own).
+	(*annotations)[MutationsAnnotation] = unsafe.String(unsafe.SliceData(b), len(b))
 	return nil
 }
 
