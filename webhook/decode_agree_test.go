@@ -287,6 +287,13 @@ func TestKubeVirtListsScanned(t *testing.T) {
 		{`{"spec":{"networks":[],"domain":{"devices":{"interfaces":[]}}}}`, true},
 		{`{"spec":{"networks":[{"name":"default","pod":{"vmNetworkCIDR":"10.1.0.0/24"}}],"domain":{"devices":{"interfaces":[{"name":"default","masquerade":{},"ports":[{"port":80}]}]}}}}`, false},
 		{`{"spec":{"networks":null,"domain":{"devices":{"interfaces":[{"name":"x","bootOrder":1,"binding":{"name":"b"}}]}}}}`, false},
+		// A null source or binding is none, as the API server's decoder
+		// reads it: not an empty one that writing the list back would add.
+		{`{"spec":{"networks":[{"name":"a","multus":null}],"domain":{"devices":{"interfaces":[{"name":"a","binding":null}]}}}}`, false},
+		// Members KubeVirt's types always write must be there: written
+		// back whole, these lists would gain a name or a networkName.
+		{`{"spec":{"networks":[{}],"domain":{"devices":{"interfaces":[{"bridge":{}}]}}}}`, false},
+		{`{"spec":{"networks":[{"name":"a","multus":{}}],"domain":{"devices":{"interfaces":[{"name":"a","binding":{}}]}}}}`, false},
 	} {
 		view := new(vmiView)
 		s := scanners.Get().(*scanner)

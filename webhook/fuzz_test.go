@@ -260,3 +260,35 @@ func FuzzLauncherPods(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEdgeAnswersAsHandle serves any object, as a VM and as a VMI, through
+// the Edge right after an example VM of the same kind and right before
+// it: the Edge, which keeps what it decodes a request into for the next
+// one, answers each as the handler does alone.
+func FuzzEdgeAnswersAsHandle(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	hs := exampleHandlers(f)
+	edges := edgesOf(hs)
+	examples := readDocs(f, filepath.Join(examplesDir, "vms.yaml"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return // no review can carry it (FuzzAdmissionReview sends such bodies)
+		}
+		for i, kind := range []chain.Kind{chain.KindVM, chain.KindVMI} {
+			example := examples[i%len(examples)].Raw
+			for _, path := range vmPaths(kind) {
+				for _, obj := range [][]byte{example, raw, example} {
+					x, err := newEdgeExchange(hs, path, review(kind, admissionv1.Create, "tenant-a", obj, nil))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := x.check(edges); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	})
+}

@@ -288,70 +288,121 @@ func TestEdgeAnswersEachRequestAsAlone(t *testing.T) {
 	for _, gc := range goldenCases(t) {
 		inputs = append(inputs, gc.in)
 	}
-	type exchange struct {
-		path string
-		req  admission.Request
-		want admission.Response
-	}
-	var all []exchange
+	var all []edgeExchange
 	for _, in := range inputs {
 		for _, d := range readDocs(t, in) {
-			kind := chain.Kind(d.Kind)
-			paths := []string{webhook.PathMutateVM, webhook.PathValidateVM}
-			if kind == chain.KindVMI {
-				paths = []string{webhook.PathMutateVMI, webhook.PathValidateVMI}
-			}
-			for _, path := range paths {
-				req := review(kind, admissionv1.Create, "", d.Raw, nil)
+			for _, path := range vmPaths(chain.Kind(d.Kind)) {
+				req := review(chain.Kind(d.Kind), admissionv1.Create, "", d.Raw, nil)
 				req.UID = types.UID(fmt.Sprintf("%s-%d", d.Source, len(all)))
-				all = append(all, exchange{path: path, req: req, want: hs[path].Handle(context.Background(), req)})
+				x, err := newEdgeExchange(hs, path, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all = append(all, x)
 			}
 		}
 	}
+	edges := edgesOf(hs)
+	for pass, order := range [][]int{forwards(len(all)), backwards(len(all))} {
+		for _, i := range order {
+			if err := all[i].check(edges); err != nil {
+				t.Errorf("pass %d: %v", pass, err)
+			}
+		}
+	}
+}
+
+// vmPaths are the mutating and validating paths of kind.
+func vmPaths(kind chain.Kind) []string {
+	if kind == chain.KindVMI {
+		return []string{webhook.PathMutateVMI, webhook.PathValidateVMI}
+	}
+	return []string{webhook.PathMutateVM, webhook.PathValidateVM}
+}
+
+// edgesOf serves each handler of hs through its own Edge.
+func edgesOf(hs webhook.Handlers) map[string]http.Handler {
 	edges := map[string]http.Handler{}
 	for path, h := range hs {
 		edges[path] = webhook.Webhook(h)
 	}
-	for pass, order := range [][]int{forwards(len(all)), backwards(len(all))} {
-		for _, i := range order {
-			x := all[i]
-			body, err := json.Marshal(admissionv1.AdmissionReview{
-				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-				Request:  &x.req.AdmissionRequest,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := httptest.NewRecorder()
-			r := httptest.NewRequest(http.MethodPost, x.path, bytes.NewReader(body))
-			r.Header.Set("Content-Type", "application/json")
-			edges[x.path].ServeHTTP(rec, r)
-			var got admissionv1.AdmissionReview
-			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Response == nil {
-				t.Fatalf("pass %d, %s %s: undecodable answer %s: %v", pass, x.path, x.req.UID, rec.Body.Bytes(), err)
-			}
-			// The patches may differ in form (the Edge's decode knows when
-			// a list was read whole and may replace it), not in what they
-			// make of the object.
-			g, w := got.Response, x.want
-			raw := x.req.Object.Raw
-			gotObj, wantObj := raw, applyResponse(t, raw, w)
-			if len(g.Patch) > 0 {
-				p, err := jsonpatch.DecodePatch(g.Patch)
-				if err == nil {
-					gotObj, err = p.Apply(raw)
-				}
-				if err != nil {
-					t.Fatalf("pass %d, %s %s: patch %s: %v", pass, x.path, x.req.UID, g.Patch, err)
-				}
-			}
-			if g.UID != x.req.UID || g.Allowed != w.Allowed || !sameJSON(gotObj, wantObj) || !reflect.DeepEqual(g.Warnings, w.Warnings) ||
-				(!w.Allowed && (g.Result == nil || w.Result == nil || g.Result.Message != w.Result.Message || g.Result.Code != w.Result.Code)) {
-				t.Errorf("pass %d, %s %s: through the Edge\n allowed=%v object=%s warnings=%q result=%+v\nalone\n allowed=%v object=%s warnings=%q result=%+v",
-					pass, x.path, x.req.UID, g.Allowed, gotObj, g.Warnings, g.Result, w.Allowed, wantObj, w.Warnings, w.Result)
-			}
-		}
+	return edges
+}
+
+// edgeExchange is one request and the handler's own answer to it, which
+// the Edge must give too.
+type edgeExchange struct {
+	path string
+	req  admission.Request
+	want admission.Response
+}
+
+// newEdgeExchange gives the handler req as controller-runtime's decoder
+// would, from the review the Edge is sent (a null object is none). It
+// fails for an object that is not JSON, which no review can carry.
+func newEdgeExchange(hs webhook.Handlers, path string, req admission.Request) (edgeExchange, error) {
+	body, err := json.Marshal(admissionv1.AdmissionReview{Request: &req.AdmissionRequest})
+	if err != nil {
+		return edgeExchange{}, err
 	}
+	var decoded admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &decoded); err != nil {
+		return edgeExchange{}, err
+	}
+	req.AdmissionRequest = *decoded.Request
+	return edgeExchange{path: path, req: req, want: hs[path].Handle(context.Background(), req)}, nil
+}
+
+// check posts x's request to its Edge and compares the answer with the
+// handler's. The patches may differ in form (the Edge's decode knows when
+// a list was read whole and may replace it), not in what they make of
+// the object.
+func (x edgeExchange) check(edges map[string]http.Handler) error {
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &x.req.AdmissionRequest,
+	})
+	if err != nil {
+		return err
+	}
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, x.path, bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	edges[x.path].ServeHTTP(rec, r)
+	var got admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Response == nil {
+		return fmt.Errorf("%s %s: undecodable answer %s: %v", x.path, x.req.UID, rec.Body.Bytes(), err)
+	}
+	g, w := got.Response, x.want
+	raw := x.req.Object.Raw
+	apply := func(p []byte) ([]byte, error) {
+		if len(p) == 0 || string(p) == "null" {
+			return raw, nil
+		}
+		patch, err := jsonpatch.DecodePatch(p)
+		if err != nil {
+			return nil, err
+		}
+		return patch.Apply(raw)
+	}
+	gotObj, err := apply(g.Patch)
+	if err != nil {
+		return fmt.Errorf("%s %s: the Edge's patch %s: %v", x.path, x.req.UID, g.Patch, err)
+	}
+	wantPatch, err := json.Marshal(w.Patches)
+	if err != nil {
+		return err
+	}
+	wantObj, err := apply(wantPatch)
+	if err != nil {
+		return fmt.Errorf("%s %s: the handler's patch %s: %v", x.path, x.req.UID, wantPatch, err)
+	}
+	if g.UID != x.req.UID || g.Allowed != w.Allowed || !sameJSON(gotObj, wantObj) || !slices.Equal(g.Warnings, w.Warnings) ||
+		(!w.Allowed && (g.Result == nil || w.Result == nil || g.Result.Message != w.Result.Message || g.Result.Code != w.Result.Code)) {
+		return fmt.Errorf("%s %s: through the Edge\n allowed=%v object=%s warnings=%q result=%+v\nalone\n allowed=%v object=%s warnings=%q result=%+v",
+			x.path, x.req.UID, g.Allowed, gotObj, g.Warnings, g.Result, w.Allowed, wantObj, w.Warnings, w.Result)
+	}
+	return nil
 }
 
 func forwards(n int) []int {
@@ -368,8 +419,12 @@ func backwards(n int) []int {
 	return out
 }
 
-// sameJSON reports whether a and b are the same JSON value.
+// sameJSON reports whether a and b are the same JSON value, or the same
+// bytes where they are not JSON.
 func sameJSON(a, b []byte) bool {
 	var x, y any
-	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
 }

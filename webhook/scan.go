@@ -675,38 +675,54 @@ func scanElems[T any](s *scanner, elem func(*scanner, *T) error) ([]T, error) {
 }
 
 // network reads a network of the shapes scanList names; any other member
-// is errShape.
+// is errShape, and so is one without the members KubeVirt's type always
+// writes (name, a multus source's networkName): written back, the list
+// would gain them.
 func (s *scanner) network(n *kubevirtv1.Network) error {
-	return s.object(func(name []byte) error {
+	var named bool
+	err := s.object(func(name []byte) error {
 		switch string(name) {
 		case "name":
+			named = true
 			return s.text(&n.Name)
 		case "pod":
 			n.Pod = &kubevirtv1.PodNetwork{}
 			return s.emptyObject()
 		case "multus":
+			// null is no source to the API server's decoder; here it is
+			// not a shape read whole (an object would be written back).
+			if s.dec.PeekKind() != '{' {
+				return errShape
+			}
 			m := &kubevirtv1.MultusNetwork{}
 			n.Multus = m
-			return s.object(func(name []byte) error {
+			var hasName bool
+			err := s.object(func(name []byte) error {
 				switch string(name) {
 				case "networkName":
+					hasName = true
 					return s.text(&m.NetworkName)
 				case "default":
 					return s.boolean(&m.Default)
 				}
 				return errShape
 			})
+			return required(hasName, err)
 		}
 		return errShape
 	})
+	return required(named, err)
 }
 
 // iface reads an interface of the shapes scanList names; any other member
-// is errShape.
+// is errShape, and so is one without a name, or a binding without one
+// (see network).
 func (s *scanner) iface(i *kubevirtv1.Interface) error {
-	return s.object(func(name []byte) error {
+	var named bool
+	err := s.object(func(name []byte) error {
 		switch string(name) {
 		case "name":
+			named = true
 			return s.text(&i.Name)
 		case "model":
 			return s.text(&i.Model)
@@ -722,17 +738,33 @@ func (s *scanner) iface(i *kubevirtv1.Interface) error {
 			i.SRIOV = &kubevirtv1.InterfaceSRIOV{}
 			return s.emptyObject()
 		case "binding":
+			if s.dec.PeekKind() != '{' {
+				return errShape
+			}
 			b := &kubevirtv1.PluginBinding{}
 			i.Binding = b
-			return s.object(func(name []byte) error {
+			var hasName bool
+			err := s.object(func(name []byte) error {
 				if string(name) != "name" {
 					return errShape
 				}
+				hasName = true
 				return s.text(&b.Name)
 			})
+			return required(hasName, err)
 		}
 		return errShape
 	})
+	return required(named, err)
+}
+
+// required is err, or errShape where a member the type always writes was
+// not read.
+func required(read bool, err error) error {
+	if err == nil && !read {
+		return errShape
+	}
+	return err
 }
 
 // text reads a string, and only a string, into p.
