@@ -283,7 +283,11 @@ func TestKubeVirtListsScanned(t *testing.T) {
 		raw     string
 		scanned bool
 	}{
-		{`{"spec":{"networks":[{"name":"default","pod":{}},{"name":"s","multus":{"networkName":"ns/storage","default":false}}],"domain":{"devices":{"interfaces":[{"name":"default","masquerade":{}},{"name":"s","bridge":{},"macAddress":"02:00:00:00:00:01","model":"virtio"},{"name":"v","binding":{"name":"vdpa"}},{"name":"f","sriov":{}}]}}}}`, true},
+		{`{"spec":{"networks":[{"name":"default","pod":{}},{"name":"s","multus":{"networkName":"ns/storage","default":true}}],"domain":{"devices":{"interfaces":[{"name":"default","masquerade":{}},{"name":"s","bridge":{},"macAddress":"02:00:00:00:00:01","model":"virtio"},{"name":"v","binding":{"name":"vdpa"}},{"name":"f","sriov":{}}]}}}}`, true},
+		// Members KubeVirt's types leave out when empty: written back
+		// whole, these lists would lose them.
+		{`{"spec":{"networks":[{"name":"s","multus":{"networkName":"ns/storage","default":false}}],"domain":{"devices":{"interfaces":[{"name":"s","bridge":{},"model":""}]}}}}`, false},
+		{`{"spec":{"networks":null,"domain":{"devices":{"interfaces":[{"name":"s","bridge":{},"macAddress":""}]}}}}`, false},
 		{`{"spec":{"networks":[],"domain":{"devices":{"interfaces":[]}}}}`, true},
 		{`{"spec":{"networks":[{"name":"default","pod":{"vmNetworkCIDR":"10.1.0.0/24"}}],"domain":{"devices":{"interfaces":[{"name":"default","masquerade":{},"ports":[{"port":80}]}]}}}}`, false},
 		{`{"spec":{"networks":null,"domain":{"devices":{"interfaces":[{"name":"x","bootOrder":1,"binding":{"name":"b"}}]}}}}`, false},

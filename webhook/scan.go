@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -676,8 +677,8 @@ func scanElems[T any](s *scanner, elem func(*scanner, *T) error) ([]T, error) {
 
 // network reads a network of the shapes scanList names; any other member
 // is errShape, and so is one without the members KubeVirt's type always
-// writes (name, a multus source's networkName): written back, the list
-// would gain them.
+// writes (name, a multus source's networkName), or with one it leaves out
+// ("default": false): written back, the list would gain or lose them.
 func (s *scanner) network(n *kubevirtv1.Network) error {
 	var named bool
 	err := s.object(func(name []byte) error {
@@ -703,7 +704,11 @@ func (s *scanner) network(n *kubevirtv1.Network) error {
 					hasName = true
 					return s.text(&m.NetworkName)
 				case "default":
-					return s.boolean(&m.Default)
+					// false is what the type leaves out (omitempty).
+					if err := s.boolean(&m.Default); err != nil || !m.Default {
+						return cmp.Or(err, errShape)
+					}
+					return nil
 				}
 				return errShape
 			})
@@ -715,8 +720,8 @@ func (s *scanner) network(n *kubevirtv1.Network) error {
 }
 
 // iface reads an interface of the shapes scanList names; any other member
-// is errShape, and so is one without a name, or a binding without one
-// (see network).
+// is errShape, and so is one without a name, or a binding without one, or
+// an empty model or MAC, which the type leaves out (see network).
 func (s *scanner) iface(i *kubevirtv1.Interface) error {
 	var named bool
 	err := s.object(func(name []byte) error {
@@ -725,9 +730,9 @@ func (s *scanner) iface(i *kubevirtv1.Interface) error {
 			named = true
 			return s.text(&i.Name)
 		case "model":
-			return s.text(&i.Model)
+			return s.nonEmptyText(&i.Model)
 		case "macAddress":
-			return s.text(&i.MacAddress)
+			return s.nonEmptyText(&i.MacAddress)
 		case "masquerade":
 			i.Masquerade = &kubevirtv1.InterfaceMasquerade{}
 			return s.emptyObject()
@@ -756,6 +761,15 @@ func (s *scanner) iface(i *kubevirtv1.Interface) error {
 		return errShape
 	})
 	return required(named, err)
+}
+
+// nonEmptyText reads a string other than "" into p: "" is what the type
+// leaves out (omitempty), so writing it back would drop the member.
+func (s *scanner) nonEmptyText(p *string) error {
+	if err := s.text(p); err != nil || *p == "" {
+		return cmp.Or(err, errShape)
+	}
+	return nil
 }
 
 // required is err, or errShape where a member the type always writes was
