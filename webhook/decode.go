@@ -119,31 +119,22 @@ type requestParts struct {
 	shape    vmShape
 	meta     metav1.ObjectMeta
 	template kubevirtv1.VirtualMachineInstanceTemplateSpec
-	// networks and interfaces back the spec's lists where the object has
-	// none: mutators append what they add (the pod network and the
-	// networks policy asks for), which otherwise grew a list of 232-byte
-	// interfaces from nothing on nearly every VM kvnet changes.
-	networks   [spareListLen]kubevirtv1.Network
-	interfaces [spareListLen]kubevirtv1.Interface
 	// changes backs the request's record of what mutators did: one entry
 	// per mutator and rule, six for a VM gaining networks by rule and
 	// annotation, vDPA and kube-ovn.
 	changes [6]chain.Change
 }
 
-// spareListLen is how many networks and interfaces a VM gains without a
-// list of its own to grow: the pod network and four more.
-const spareListLen = 5
-
-// spare gives the spec's empty lists p's room. An empty list stays empty,
-// so the chain sees what the object has; the patch is made from the
-// object's shape (vmShape), not from whether a list is nil.
-func (p *requestParts) spare(s *kubevirtv1.VirtualMachineInstanceSpec) {
+// spare gives the spec's empty lists the view's room (viewParts). An
+// empty list stays empty, so the chain sees what the object has; the patch
+// is made from the object's shape (vmShape), not from whether a list is
+// nil.
+func spare(s *kubevirtv1.VirtualMachineInstanceSpec, room *viewParts) {
 	if len(s.Networks) == 0 {
-		s.Networks = p.networks[:0]
+		s.Networks = room.networks[:0]
 	}
 	if d := &s.Domain.Devices; len(d.Interfaces) == 0 {
-		d.Interfaces = p.interfaces[:0]
+		d.Interfaces = room.interfaces[:0]
 	}
 }
 
@@ -164,7 +155,7 @@ func (v *vmView) request() (*chain.Request, *vmShape) {
 			p.template = kubevirtv1.VirtualMachineInstanceTemplateSpec{ObjectMeta: t.Metadata.objectMeta(), Spec: t.Spec.spec()}
 		}
 	}
-	p.spare(&p.template.Spec)
+	spare(&p.template.Spec, &v.scanned)
 	chain.InitVM(&p.req, &p.meta, &p.template)
 	p.req.Changes = p.changes[:0]
 	return &p.req, shape
@@ -174,7 +165,7 @@ func (v *vmiView) request() (*chain.Request, *vmShape) {
 	p := &v.parts
 	p.meta = v.Metadata.objectMeta()
 	p.template.Spec = v.Spec.spec()
-	p.spare(&p.template.Spec)
+	spare(&p.template.Spec, &v.scanned)
 	shape := &p.shape
 	v.Metadata.shape(&shape.members, chain.MemberMeta, chain.MemberAnnotations, chain.MemberLabels)
 	v.Spec.shape(&shape.members)

@@ -332,11 +332,11 @@ func TestKubeVirtListsScanned(t *testing.T) {
 		sub := new(scanner)
 		sub.buf = *bytes.NewBuffer(probe.Spec.Networks)
 		sub.dec.Reset(&sub.buf)
-		_, nerr := scanElems(sub, (*scanner).network)
+		_, nerr := scanElems(sub, (*scanner).network, nil)
 		sub = new(scanner)
 		sub.buf = *bytes.NewBuffer(probe.Spec.Domain.Devices.Interfaces)
 		sub.dec.Reset(&sub.buf)
-		_, ierr := scanElems(sub, (*scanner).iface)
+		_, ierr := scanElems(sub, (*scanner).iface, nil)
 		if scanned := nerr == nil && ierr == nil; scanned != c.scanned {
 			t.Errorf("%s: scanned by tokens %v (networks %v, interfaces %v), want %v", c.raw, scanned, nerr, ierr, c.scanned)
 		}

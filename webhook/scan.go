@@ -62,7 +62,19 @@ type viewParts struct {
 	vmiSpec  vmiSpecView
 	domain   domainView
 	devices  devicesView
+	// networks and interfaces back the spec's lists: the scan reads a list
+	// into them, and where the object has none, the chain request's empty
+	// list starts in them (requestParts.spare). Mutators append what they
+	// add (the pod network and the networks policy asks for), which
+	// otherwise grew a list of 232-byte interfaces on nearly every VM
+	// kvnet changes.
+	networks   [spareListLen]kubevirtv1.Network
+	interfaces [spareListLen]kubevirtv1.Interface
 }
+
+// spareListLen is how many networks and interfaces a view holds without
+// allocating: a pod network and four more.
+const spareListLen = 5
 
 var scanners = sync.Pool{New: func() any { return new(scanner) }}
 
@@ -588,7 +600,7 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 		return s.object(func(name []byte) error {
 			switch string(name) {
 			case "networks":
-				return scanList(s, &spec.Networks, &spec.whole.networks, (*scanner).network)
+				return scanList(s, &spec.Networks, &spec.whole.networks, (*scanner).network, s.parts.networks[:0])
 			case "domain":
 				return s.optional(func() error {
 					d := &s.parts.domain
@@ -604,7 +616,7 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 								return s.object(func(name []byte) error {
 									switch string(name) {
 									case "interfaces":
-										return scanList(s, &dev.Interfaces, &spec.whole.interfaces, (*scanner).iface)
+										return scanList(s, &dev.Interfaces, &spec.whole.interfaces, (*scanner).iface, s.parts.interfaces[:0])
 									case "networkInterfaceMultiqueue":
 										return s.optionalBool(&dev.NetworkInterfaceMultiQueue)
 									case "autoattachPodInterface":
@@ -629,8 +641,9 @@ func (s *scanner) vmiSpec(p **vmiSpecView) error {
 // member, or a null, is decoded by v2 instead, so a field of KubeVirt's
 // types kvnet does not name is never lost. The list is read whole first,
 // so that v2 can start it again. whole reports whether the scan read it
-// (every member of every element one the typed element holds).
-func scanList[T any](s *scanner, p *[]T, whole *bool, elem func(*scanner, *T) error) error {
+// (every member of every element one the typed element holds). The scan
+// appends to backing (see viewParts).
+func scanList[T any](s *scanner, p *[]T, whole *bool, elem func(*scanner, *T) error, backing []T) error {
 	raw, err := s.dec.ReadValue()
 	if err != nil {
 		return err
@@ -640,7 +653,7 @@ func scanList[T any](s *scanner, p *[]T, whole *bool, elem func(*scanner, *T) er
 	defer release(sub)
 	sub.buf = *bytes.NewBuffer(raw)
 	sub.dec.Reset(&sub.buf)
-	if list, err := scanElems(sub, elem); err == nil {
+	if list, err := scanElems(sub, elem, backing); err == nil {
 		*p, *whole = list, true
 		return nil
 	}
@@ -651,7 +664,7 @@ func scanList[T any](s *scanner, p *[]T, whole *bool, elem func(*scanner, *T) er
 	return nil
 }
 
-func scanElems[T any](s *scanner, elem func(*scanner, *T) error) ([]T, error) {
+func scanElems[T any](s *scanner, elem func(*scanner, *T) error, backing []T) ([]T, error) {
 	tok, err := s.dec.ReadToken()
 	if err != nil {
 		return nil, err
@@ -659,9 +672,9 @@ func scanElems[T any](s *scanner, elem func(*scanner, *T) error) ([]T, error) {
 	if tok.Kind() != '[' {
 		return nil, errShape
 	}
-	// Most lists have one element (the pod network); sized as read, so a
-	// mutator adding networks grows it once, to what it needs.
-	list := make([]T, 0, 1)
+	// Past backing, sized as read, so a mutator adding networks grows it
+	// once, to what it needs.
+	list := backing
 	for s.dec.PeekKind() == '{' {
 		list = append(list, *new(T))
 		if err := elem(s, &list[len(list)-1]); err != nil {

@@ -160,18 +160,18 @@ func TestMigrationStatusPatchIsTwoAdds(t *testing.T) {
 // allocBounds are the allocations and bytes per request of the VM and VMI
 // webhooks, in process and with the request's own building (about 6 KB of
 // the bytes: the recorder and the parsed request), as the work on their
-// cost left them (issue 50: vm 87 allocations and 15.3 KB, vmi 92 and
-// 15.1 KB, vm-podnet 95 and 17.3 KB, vm-validate 175 and 23.1 KB,
-// vmi-validate 169 and 21.2 KB), with a tenth of room for what a sync.Pool
+// cost left them (issue 50: vm 87 allocations and 15.2 KB, vmi 92 and
+// 15.1 KB, vm-podnet 91 and 15.5 KB, vm-validate 167 and 18.7 KB,
+// vmi-validate 161 and 16.8 KB), with a tenth of room for what a sync.Pool
 // emptied by a collection costs. The bytes are what the collector is paid
 // for: a change that allocates more per request fails here, not in a
 // timing.
 var allocBounds = map[string]struct{ allocs, bytes float64 }{
 	"vm":           {96, 16800},
 	"vmi":          {101, 16700},
-	"vm-podnet":    {105, 19100},
-	"vm-validate":  {193, 25400},
-	"vmi-validate": {186, 23300},
+	"vm-podnet":    {100, 17100},
+	"vm-validate":  {184, 20500},
+	"vmi-validate": {177, 18500},
 }
 
 func TestVMPathAllocationsStayBounded(t *testing.T) {
