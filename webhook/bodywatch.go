@@ -26,6 +26,11 @@ type bodyWatch struct {
 	free     []int
 	active   int
 	watching bool
+	// begun says a body began since the watcher's last tick: between
+	// ticks, bodies that begin and end leave active at 0.
+	begun bool
+	// starts counts the watchers started, for tests.
+	starts int
 }
 
 type bodyRead struct {
@@ -50,8 +55,10 @@ func (b *bodyWatch) begin(w http.ResponseWriter, timeout time.Duration) int {
 	}
 	b.reads[slot] = bodyRead{w: w, since: now}
 	b.active++
+	b.begun = true
 	if !b.watching {
 		b.watching = true
+		b.starts++
 		go b.watch(timeout)
 	}
 	return slot
@@ -76,7 +83,7 @@ func (b *bodyWatch) watch(timeout time.Duration) {
 	idle := 0
 	for now := range t.C {
 		b.mu.Lock()
-		if b.active == 0 {
+		if b.active == 0 && !b.begun {
 			if idle++; idle == 2 {
 				b.watching = false
 				b.mu.Unlock()
@@ -85,6 +92,7 @@ func (b *bodyWatch) watch(timeout time.Duration) {
 		} else {
 			idle = 0
 		}
+		b.begun = false
 		for i := range b.reads {
 			r := &b.reads[i]
 			if r.w != nil && !r.cut && now.Sub(r.since) >= timeout {

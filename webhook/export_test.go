@@ -55,3 +55,10 @@ func (e *Edge) WatchingBodies() bool {
 	defer e.bodies.mu.Unlock()
 	return e.bodies.watching
 }
+
+// BodyWatchers reports how many body watchers e has started.
+func (e *Edge) BodyWatchers() int {
+	e.bodies.mu.Lock()
+	defer e.bodies.mu.Unlock()
+	return e.bodies.starts
+}

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -178,5 +179,32 @@ func TestEdgeBodyTimeoutSparesSlowHandlersAndTheNextRequest(t *testing.T) {
 	send("u-after", 1)
 	// With no body being read, the watcher stops: an idle webhook keeps
 	// no ticker running.
+	poll(t, "the body watcher to stop", func() bool { return !edge.WatchingBodies() })
+}
+
+// Under steady traffic one watcher serves every body: bodies that begin
+// and end between two ticks keep it running, though none is being read
+// when it ticks. Requests are sent back to back for ten ticks; the watcher
+// would stop only if two ticks (200 ms here) passed without a request.
+func TestEdgeBodyWatcherRunsOnceUnderSteadyTraffic(t *testing.T) {
+	const timeout = 400 * time.Millisecond // a tick every 100 ms
+	edge := webhook.Webhook(admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
+		return admission.Allowed("")
+	}))
+	edge.BodyTimeout = timeout
+	body := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}}`)
+	n := 0
+	for start := time.Now(); time.Since(start) < 10*timeout/4; n++ {
+		r := httptest.NewRequest(http.MethodPost, "/x", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		edge.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			t.Fatalf("request %d: %d %s", n, w.Code, w.Body)
+		}
+	}
+	if got := edge.BodyWatchers(); got != 1 {
+		t.Errorf("%d watchers started for %d requests over ten ticks, want 1", got, n)
+	}
 	poll(t, "the body watcher to stop", func() bool { return !edge.WatchingBodies() })
 }
