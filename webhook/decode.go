@@ -75,13 +75,15 @@ var kindViews = map[chain.Kind]func() kindView{
 }
 
 // vmViews and vmiViews keep the views the Edge decodes into from one request
-// to the next. A view holds the chain request and the typed objects it
-// aliases (requestParts), with room for the lists mutators fill: about 3 KB
-// that were garbage the moment the answer was written, at thousands of
-// requests a second a fifth of what a VM's admission allocated, and what a
-// collection is paid for. The Edge gives a view back (releaseVMView) only
-// after its answer is written; nothing kvnet keeps past the answer points
-// into a view (TestConcurrentAnswersAreTheirOwn, TestPooledViewsComeBackEmpty).
+// to the next. A view holds the parts its scan fills, with room for the
+// network and interface lists (viewParts), and the chain request with the
+// typed objects it aliases (requestParts): 5-7 KB that were garbage the
+// moment the answer was written, at thousands of requests a second a
+// third of what a VM's admission allocated, and what a collection is paid
+// for (docs/performance.md). The Edge gives a view back (releaseVMView)
+// only after its answer is written; nothing kvnet keeps past the answer
+// points into a view (TestPooledViewsComeBackEmpty,
+// TestEdgeAnswersAsTheHandler, TestConcurrentAnswersAreTheirOwn).
 var (
 	vmViews  = sync.Pool{New: func() any { return new(vmView) }}
 	vmiViews = sync.Pool{New: func() any { return new(vmiView) }}
