@@ -42,7 +42,7 @@ func decodeVMOrVMI(kind chain.Kind, raw []byte, patching bool, view any) (*chain
 	if !apijson.IsObject(raw) {
 		return nil, nil, fmt.Errorf("the request's object is not a JSON object")
 	}
-	newView, ok := kindViews[kind]
+	views, ok := kindViews[kind]
 	if !ok {
 		return nil, nil, fmt.Errorf("kvnet does not handle kind %q", kind)
 	}
@@ -51,7 +51,9 @@ func decodeVMOrVMI(kind chain.Kind, raw []byte, patching bool, view any) (*chain
 	v, decoded := view.(kindView)
 	var dups *duplicateMember
 	if !decoded {
-		v = newView()
+		// Nobody gives this one back (a handler called without the
+		// Edge): the collector takes it.
+		v = views.Get().(kindView)
 		var err error
 		if dups, err = unmarshalNoting(raw, v, members); err != nil {
 			return nil, nil, fmt.Errorf("decoding %s: %w", kind, err)
@@ -68,11 +70,8 @@ type kindView interface {
 	request() (*chain.Request, *vmShape)
 }
 
-// kindViews make each kind's empty view.
-var kindViews = map[chain.Kind]func() kindView{
-	chain.KindVM:  func() kindView { return new(vmView) },
-	chain.KindVMI: func() kindView { return new(vmiView) },
-}
+// kindViews hold each kind's empty views.
+var kindViews = map[chain.Kind]*sync.Pool{chain.KindVM: &vmViews, chain.KindVMI: &vmiViews}
 
 // vmViews and vmiViews keep the views the Edge decodes into from one request
 // to the next. A view holds the parts its scan fills, with room for the
@@ -92,11 +91,8 @@ var (
 // newVMView returns an empty view of kind's objects for the Edge to decode
 // (see viewHandler), or nil for a kind kvnet does not handle.
 func newVMView(kind chain.Kind) any {
-	switch kind {
-	case chain.KindVM:
-		return vmViews.Get().(*vmView)
-	case chain.KindVMI:
-		return vmiViews.Get().(*vmiView)
+	if views, ok := kindViews[kind]; ok {
+		return views.Get()
 	}
 	return nil
 }
